@@ -1,0 +1,14 @@
+//! The broker: queue actors, their state machine, and the registry that
+//! finds a queue's mailbox.
+
+pub mod error;
+pub mod lease;
+pub mod message;
+pub mod model;
+pub mod queue;
+pub mod registry;
+pub mod state;
+
+pub use error::BrokerError;
+pub use queue::QueueHandle;
+pub use registry::{Registry, RegistryHandle};

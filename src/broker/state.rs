@@ -1,0 +1,518 @@
+//! The queue's in-memory state machine: which messages are ready, delayed,
+//! leased or on their way to a dead-letter queue. Pure: no I/O, no clock
+//! (callers pass `now`), so property tests can drive it directly.
+//!
+//! Invariants (checked by `check_invariants` in tests):
+//! - every message is in exactly one of `ready`, `pending`, `transit`;
+//! - `ready` holds unleased messages with `visible_at <= now` as of the last
+//!   `promote`; `pending` holds delayed or leased ones keyed by the time they
+//!   become visible (for a lease, its deadline);
+//! - `by_age` indexes every message by publish time (retention);
+//! - `leased` counts records with `leased == true`; `bytes` sums sizes.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::store::{MessageRecord, Recovered};
+
+/// Why a retry or extension had no effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseProblem {
+    /// No such message: acked, expired, purged or dead-lettered.
+    Gone,
+    /// The lease expired or a newer delivery superseded it.
+    Stale,
+}
+
+impl LeaseProblem {
+    pub fn describe(self) -> &'static str {
+        match self {
+            LeaseProblem::Gone => "message not found: already acknowledged, expired, purged or dead-lettered",
+            LeaseProblem::Stale => "lease expired or superseded by a newer delivery; no effect",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// Scheduled for redelivery; persist the new record.
+    Scheduled(MessageRecord),
+    /// Out of deliveries: now in transit to the dead-letter queue (or drop).
+    Exhausted,
+}
+
+#[derive(Debug, Default)]
+pub struct QueueState {
+    messages: HashMap<u64, MessageRecord>,
+    ready: BTreeSet<(u64, u64)>,
+    pending: BTreeSet<(u64, u64)>,
+    transit: HashSet<u64>,
+    by_age: BTreeSet<(u64, u64)>,
+    leased: usize,
+    bytes: u64,
+    next_seq: u64,
+}
+
+impl QueueState {
+    pub fn recover(recovered: Recovered, now: u64) -> Self {
+        let mut state = QueueState {
+            next_seq: recovered.next_seq,
+            ..Default::default()
+        };
+        for (seq, record) in recovered.records {
+            state.index(seq, record, now);
+            state.next_seq = state.next_seq.max(seq + 1);
+        }
+        state
+    }
+
+    fn index(&mut self, seq: u64, record: MessageRecord, now: u64) {
+        if record.leased {
+            self.leased += 1;
+        }
+        self.bytes += u64::from(record.size);
+        self.by_age.insert((record.timestamp_ms, seq));
+        if !record.leased && record.visible_at_ms <= now {
+            self.ready.insert((record.visible_at_ms, seq));
+        } else {
+            self.pending.insert((record.visible_at_ms, seq));
+        }
+        self.messages.insert(seq, record);
+    }
+
+    /// Takes a message out of every index; returns its record.
+    fn unindex(&mut self, seq: u64) -> Option<MessageRecord> {
+        let record = self.messages.remove(&seq)?;
+        let key = (record.visible_at_ms, seq);
+        if !self.transit.remove(&seq) && !self.ready.remove(&key) {
+            self.pending.remove(&key);
+        }
+        self.by_age.remove(&(record.timestamp_ms, seq));
+        if record.leased {
+            self.leased -= 1;
+        }
+        self.bytes -= u64::from(record.size);
+        Some(record)
+    }
+
+    /// Moves a message out of ready/pending into transit (dead-lettering).
+    fn to_transit(&mut self, seq: u64) {
+        if let Some(record) = self.messages.get_mut(&seq) {
+            let key = (record.visible_at_ms, seq);
+            if !self.ready.remove(&key) {
+                self.pending.remove(&key);
+            }
+            if record.leased {
+                record.leased = false;
+                self.leased -= 1;
+            }
+            self.transit.insert(seq);
+        }
+    }
+
+    /// Adds a new message; returns its sequence number.
+    pub fn insert(&mut self, record: MessageRecord, now: u64) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.index(seq, record, now);
+        seq
+    }
+
+    /// Makes due messages visible: delays that ended, leases that expired.
+    /// Returns messages whose expired lease used their last delivery; they
+    /// are now in transit and the caller dead-letters or drops them.
+    pub fn promote(&mut self, now: u64, max_deliveries: u32) -> Vec<u64> {
+        let mut exhausted = Vec::new();
+        while let Some(&(visible_at, seq)) = self.pending.first() {
+            if visible_at > now {
+                break;
+            }
+            self.pending.pop_first();
+            let Some(record) = self.messages.get_mut(&seq) else {
+                continue;
+            };
+            if record.leased {
+                record.leased = false;
+                self.leased -= 1;
+            }
+            if record.attempts >= max_deliveries {
+                self.transit.insert(seq);
+                exhausted.push(seq);
+            } else {
+                self.ready.insert((visible_at, seq));
+            }
+        }
+        exhausted
+    }
+
+    /// Leases up to `limit` ready messages until `now + visibility_ms`.
+    /// Returns the leased (seq, record) pairs, with attempts already counted,
+    /// and messages found to be out of deliveries (now in transit).
+    pub fn lease(
+        &mut self,
+        now: u64,
+        limit: usize,
+        visibility_ms: u64,
+        max_deliveries: u32,
+    ) -> (Vec<(u64, MessageRecord)>, Vec<u64>) {
+        let mut leased = Vec::new();
+        let mut exhausted = Vec::new();
+        while leased.len() < limit {
+            let Some((_, seq)) = self.ready.pop_first() else {
+                break;
+            };
+            let Some(record) = self.messages.get_mut(&seq) else {
+                continue;
+            };
+            if record.attempts >= max_deliveries {
+                self.transit.insert(seq);
+                exhausted.push(seq);
+                continue;
+            }
+            record.attempts += 1;
+            record.leased = true;
+            record.visible_at_ms = now + visibility_ms;
+            self.leased += 1;
+            self.pending.insert((record.visible_at_ms, seq));
+            leased.push((seq, *record));
+        }
+        (leased, exhausted)
+    }
+
+    /// Acknowledges (deletes) a message whatever its lease: late acks count.
+    pub fn ack(&mut self, seq: u64) -> Option<MessageRecord> {
+        self.unindex(seq)
+    }
+
+    fn live_lease(&self, seq: u64, attempt: u32, now: u64) -> Result<MessageRecord, LeaseProblem> {
+        let record = *self.messages.get(&seq).ok_or(LeaseProblem::Gone)?;
+        if self.transit.contains(&seq) {
+            return Err(LeaseProblem::Stale);
+        }
+        if !record.leased || record.attempts != attempt || record.visible_at_ms <= now {
+            return Err(LeaseProblem::Stale);
+        }
+        Ok(record)
+    }
+
+    /// Gives a leased message back for redelivery after `delay_ms`.
+    pub fn retry(
+        &mut self,
+        seq: u64,
+        attempt: u32,
+        now: u64,
+        delay_ms: u64,
+        max_deliveries: u32,
+    ) -> Result<RetryOutcome, LeaseProblem> {
+        let old = self.live_lease(seq, attempt, now)?;
+        self.pending.remove(&(old.visible_at_ms, seq));
+        self.leased -= 1;
+        let Some(record) = self.messages.get_mut(&seq) else {
+            return Err(LeaseProblem::Gone);
+        };
+        record.leased = false;
+        if record.attempts >= max_deliveries {
+            self.transit.insert(seq);
+            return Ok(RetryOutcome::Exhausted);
+        }
+        record.visible_at_ms = now + delay_ms;
+        let record = *record;
+        if delay_ms == 0 {
+            self.ready.insert((record.visible_at_ms, seq));
+        } else {
+            self.pending.insert((record.visible_at_ms, seq));
+        }
+        Ok(RetryOutcome::Scheduled(record))
+    }
+
+    /// Moves a live lease's deadline to `now + visibility_ms`.
+    pub fn extend(&mut self, seq: u64, attempt: u32, now: u64, visibility_ms: u64) -> Result<MessageRecord, LeaseProblem> {
+        let old = self.live_lease(seq, attempt, now)?;
+        self.pending.remove(&(old.visible_at_ms, seq));
+        let record = self.messages.get_mut(&seq).ok_or(LeaseProblem::Gone)?;
+        record.visible_at_ms = now + visibility_ms;
+        self.pending.insert((record.visible_at_ms, seq));
+        Ok(*record)
+    }
+
+    /// Removes messages published at or before `now - retention_ms`, except
+    /// those already on their way to a dead-letter queue.
+    pub fn expire(&mut self, now: u64, retention_ms: u64) -> Vec<u64> {
+        let cutoff = now.saturating_sub(retention_ms);
+        let mut expired = Vec::new();
+        let due: Vec<u64> = self
+            .by_age
+            .iter()
+            .take_while(|(ts, _)| *ts <= cutoff)
+            .map(|(_, seq)| *seq)
+            .collect();
+        for seq in due {
+            if !self.transit.contains(&seq) && self.unindex(seq).is_some() {
+                expired.push(seq);
+            }
+        }
+        expired
+    }
+
+    /// Deletes every message. Returns how many there were.
+    pub fn purge(&mut self) -> usize {
+        let n = self.messages.len();
+        let next_seq = self.next_seq;
+        *self = QueueState {
+            next_seq,
+            ..Default::default()
+        };
+        n
+    }
+
+    /// Ready messages in delivery order, without leasing them.
+    pub fn peek(&self, limit: usize) -> Vec<(u64, MessageRecord)> {
+        self.ready
+            .iter()
+            .take(limit)
+            .filter_map(|(_, seq)| self.messages.get(seq).map(|r| (*seq, *r)))
+            .collect()
+    }
+
+    /// Marks messages as leaving for the dead-letter queue (see `lease`).
+    pub fn begin_transit(&mut self, seqs: &[u64]) {
+        for &seq in seqs {
+            self.to_transit(seq);
+        }
+    }
+
+    /// The dead-letter queue has the message: forget it here.
+    pub fn finish_transit(&mut self, seq: u64) -> Option<MessageRecord> {
+        if self.transit.contains(&seq) {
+            self.unindex(seq)
+        } else {
+            None
+        }
+    }
+
+    /// Dead-lettering failed: make the message visible again at `visible_at`.
+    pub fn abort_transit(&mut self, seq: u64, visible_at: u64) {
+        if self.transit.remove(&seq) {
+            if let Some(record) = self.messages.get_mut(&seq) {
+                record.visible_at_ms = visible_at;
+                self.pending.insert((visible_at, seq));
+            }
+        }
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&MessageRecord> {
+        self.messages.get(&seq)
+    }
+
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    pub fn ready_count(&self) -> usize {
+        self.ready.len()
+    }
+
+    pub fn leased_count(&self) -> usize {
+        self.leased
+    }
+
+    pub fn delayed_count(&self) -> usize {
+        self.pending.len() - self.leased
+    }
+
+    pub fn transit_count(&self) -> usize {
+        self.transit.len()
+    }
+
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    pub fn oldest_timestamp(&self) -> Option<u64> {
+        self.by_age.first().map(|(ts, _)| *ts)
+    }
+
+    /// When the next delayed message or lease deadline comes due.
+    pub fn next_visible_at(&self) -> Option<u64> {
+        self.pending.first().map(|(at, _)| *at)
+    }
+
+    #[cfg(test)]
+    pub fn check_invariants(&self) {
+        let mut seen = HashSet::new();
+        for (at, seq) in &self.ready {
+            let r = &self.messages[seq];
+            assert!(!r.leased && r.visible_at_ms == *at, "ready entry {seq} is consistent");
+            assert!(seen.insert(*seq), "{seq} indexed twice");
+        }
+        for (at, seq) in &self.pending {
+            assert_eq!(self.messages[seq].visible_at_ms, *at);
+            assert!(seen.insert(*seq), "{seq} indexed twice");
+        }
+        for seq in &self.transit {
+            assert!(self.messages.contains_key(seq));
+            assert!(seen.insert(*seq), "{seq} indexed twice");
+        }
+        assert_eq!(seen.len(), self.messages.len(), "every message indexed once");
+        assert_eq!(self.by_age.len(), self.messages.len());
+        assert_eq!(self.leased, self.messages.values().filter(|r| r.leased).count());
+        assert_eq!(self.bytes, self.messages.values().map(|r| u64::from(r.size)).sum::<u64>());
+        assert!(self.messages.keys().all(|s| *s < self.next_seq));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ContentType;
+    use proptest::prelude::*;
+
+    fn rec(id: u128, now: u64, delay: u64) -> MessageRecord {
+        MessageRecord {
+            id,
+            timestamp_ms: now,
+            visible_at_ms: now + delay,
+            attempts: 0,
+            size: 10,
+            content_type: ContentType::Json,
+            leased: false,
+        }
+    }
+
+    #[test]
+    fn lease_ack_retry_cycle() {
+        let mut s = QueueState::default();
+        let a = s.insert(rec(1, 0, 0), 0);
+        let b = s.insert(rec(2, 0, 100), 0);
+        assert_eq!((s.ready_count(), s.delayed_count()), (1, 1));
+        let (got, ex) = s.lease(0, 10, 1000, 4);
+        assert!(ex.is_empty());
+        assert_eq!(got.iter().map(|(q, _)| *q).collect::<Vec<_>>(), vec![a]);
+        assert_eq!(got[0].1.attempts, 1);
+        assert!(s.promote(100, 4).is_empty());
+        let (got, _) = s.lease(100, 10, 1000, 4);
+        assert_eq!(got[0].0, b);
+        // retry with a stale attempt is refused, the live one works
+        assert_eq!(s.retry(a, 7, 100, 0, 4), Err(LeaseProblem::Stale));
+        assert!(matches!(s.retry(a, 1, 100, 0, 4), Ok(RetryOutcome::Scheduled(_))));
+        assert_eq!(s.ready_count(), 1);
+        assert!(s.ack(b).is_some());
+        assert!(s.ack(b).is_none());
+        s.check_invariants();
+    }
+
+    #[test]
+    fn expired_lease_with_last_delivery_goes_to_transit() {
+        let mut s = QueueState::default();
+        let a = s.insert(rec(1, 0, 0), 0);
+        let (got, _) = s.lease(0, 1, 10, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(s.promote(10, 1), vec![a]);
+        assert_eq!(s.transit_count(), 1);
+        assert!(s.lease(10, 1, 10, 1).0.is_empty());
+        assert!(s.finish_transit(a).is_some());
+        assert!(s.is_empty());
+        s.check_invariants();
+    }
+
+    #[test]
+    fn ready_order_is_visibility_then_arrival() {
+        let mut s = QueueState::default();
+        let late = s.insert(rec(1, 0, 50), 0);
+        let first = s.insert(rec(2, 10, 0), 10);
+        let second = s.insert(rec(3, 20, 0), 20);
+        s.promote(100, 5);
+        let order: Vec<u64> = s.peek(10).into_iter().map(|(q, _)| q).collect();
+        assert_eq!(order, vec![first, second, late]);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Send(u64),
+        Lease(usize, u64),
+        Ack(usize),
+        Retry(usize, u64),
+        Extend(usize, u64),
+        Tick(u64),
+        Expire(u64),
+        Purge,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..50).prop_map(Op::Send),
+            3 => (1usize..5, 1u64..100).prop_map(|(n, v)| Op::Lease(n, v)),
+            2 => (0usize..20).prop_map(Op::Ack),
+            2 => (0usize..20, 0u64..50).prop_map(|(i, d)| Op::Retry(i, d)),
+            1 => (0usize..20, 1u64..100).prop_map(|(i, v)| Op::Extend(i, v)),
+            3 => (0u64..60).prop_map(Op::Tick),
+            1 => (50u64..500).prop_map(Op::Expire),
+            1 => Just(Op::Purge),
+        ]
+    }
+
+    proptest! {
+        /// Random operation sequences keep the indexes consistent, never lease
+        /// a message twice at once, never lower attempts, never exceed the
+        /// delivery limit, and lose messages only through the allowed doors.
+        #[test]
+        fn random_sequences_keep_invariants(ops in proptest::collection::vec(op(), 1..120)) {
+            const MAX: u32 = 3;
+            let mut s = QueueState::default();
+            let mut now = 0u64;
+            let mut leases: Vec<(u64, u32)> = Vec::new();
+            let mut attempts_seen: HashMap<u64, u32> = HashMap::new();
+            for op in ops {
+                let before: HashSet<u64> = s.messages.keys().copied().collect();
+                let mut allowed_gone: HashSet<u64> = HashSet::new();
+                match op {
+                    Op::Send(delay) => { s.insert(rec(now as u128, now, delay), now); }
+                    Op::Lease(n, vis) => {
+                        let (got, ex) = s.lease(now, n, vis, MAX);
+                        for (seq, r) in got {
+                            prop_assert!(r.attempts <= MAX);
+                            prop_assert!(!leases.iter().any(|(q, a)| *q == seq && *a == r.attempts));
+                            leases.push((seq, r.attempts));
+                        }
+                        for seq in ex { s.finish_transit(seq); allowed_gone.insert(seq); }
+                    }
+                    Op::Ack(i) => if let Some(&(seq, _)) = leases.get(i) { s.ack(seq); allowed_gone.insert(seq); },
+                    Op::Retry(i, d) => if let Some(&(seq, a)) = leases.get(i) {
+                        if let Ok(RetryOutcome::Exhausted) = s.retry(seq, a, now, d, MAX) {
+                            s.finish_transit(seq); allowed_gone.insert(seq);
+                        }
+                    },
+                    Op::Extend(i, v) => if let Some(&(seq, a)) = leases.get(i) { let _ = s.extend(seq, a, now, v); },
+                    Op::Tick(dt) => {
+                        now += dt;
+                        for seq in s.promote(now, MAX) { s.finish_transit(seq); allowed_gone.insert(seq); }
+                    }
+                    Op::Expire(ret) => { allowed_gone.extend(s.expire(now, ret)); }
+                    Op::Purge => { s.purge(); allowed_gone.extend(before.iter().copied()); }
+                }
+                s.check_invariants();
+                for seq in &before {
+                    prop_assert!(s.messages.contains_key(seq) || allowed_gone.contains(seq), "message {} vanished", seq);
+                }
+                for (seq, r) in &s.messages {
+                    let prev = attempts_seen.insert(*seq, r.attempts).unwrap_or(0);
+                    prop_assert!(r.attempts >= prev, "attempts decreased");
+                    prop_assert!(r.attempts <= MAX);
+                }
+                // a message is leased at most once at a time: one record, one deadline
+                prop_assert!(s.leased_count() <= s.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use hopper::cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .init();
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(panic = %info, "a thread panicked");
+    }));
+    let serve = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+    };
+    let result = actix_web::rt::System::new().block_on(hopper::server::run(serve.into_config()));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "hopper stopped");
+            eprintln!("hopper: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

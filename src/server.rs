@@ -1,0 +1,109 @@
+//! Starting and stopping the server: actors first, then the HTTP front.
+
+use std::io::Write;
+use std::path::Path;
+
+use actix::Arbiter;
+use actix_web::{web, App, HttpServer};
+
+use crate::api::auth::hash_token;
+use crate::api::{routes, AppState};
+use crate::broker::model::{iso_now, new_id, Scope, TokenRecord};
+use crate::broker::registry::PutToken;
+use crate::broker::{Registry, RegistryHandle};
+use crate::config::ServeConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot open the data directory {0}: {1}")]
+    DataDir(String, std::io::Error),
+    #[error("cannot open the catalog: {0}")]
+    Catalog(#[from] crate::store::StoreError),
+    #[error("cannot create the root token: {0}")]
+    RootToken(String),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(String, std::io::Error),
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn threads(configured: usize) -> usize {
+    if configured > 0 {
+        configured
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    }
+}
+
+/// Generates the root token on first start: only its hash is stored, the
+/// value goes to `<data-dir>/root-token` (mode 0600).
+async fn ensure_root_token(registry: &RegistryHandle, config: &ServeConfig) -> Result<(), ServerError> {
+    if registry.has_root_token() || config.root_token.is_some() {
+        return Ok(());
+    }
+    let mut raw = [0u8; 32];
+    getrandom::getrandom(&mut raw).map_err(|e| ServerError::RootToken(e.to_string()))?;
+    let token = format!("hopper_{}", hex::encode(raw));
+    let path = config.data_dir.join("root-token");
+    write_secret_file(&path, &token).map_err(|e| ServerError::RootToken(format!("{}: {e}", path.display())))?;
+    let record = TokenRecord {
+        id: new_id(),
+        name: "root".into(),
+        hash: hash_token(&token),
+        scopes: vec![Scope::QueuesRead, Scope::QueuesWrite],
+        accounts: None,
+        created_on: iso_now(),
+        root: true,
+    };
+    registry
+        .addr
+        .send(PutToken(record))
+        .await
+        .map_err(|e| ServerError::RootToken(e.to_string()))?
+        .map_err(|e| ServerError::RootToken(e.to_string()))?;
+    tracing::info!(path = %path.display(), "generated the root token; read it from this file");
+    Ok(())
+}
+
+fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(content.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()
+}
+
+/// Runs until SIGTERM/SIGINT, then drains requests and commits.
+pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| ServerError::DataDir(config.data_dir.display().to_string(), e))?;
+    let queue_arbiters: Vec<_> = (0..threads(config.queue_threads))
+        .map(|_| Arbiter::new().handle())
+        .collect();
+    let registry = Registry::start(config.data_dir.clone(), queue_arbiters.clone())?;
+    ensure_root_token(&registry, &config).await?;
+    let state = web::Data::new(AppState {
+        registry: registry.clone(),
+        env_root_hash: config.root_token.as_deref().map(hash_token),
+    });
+    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
+        .workers(threads(config.http_workers))
+        .shutdown_timeout(config.shutdown_timeout_secs)
+        .bind(config.listen)
+        .map_err(|e| ServerError::Bind(config.listen.to_string(), e))?;
+    tracing::info!(listen = %config.listen, data_dir = %config.data_dir.display(), "hopper is serving; API base URL http://{}/client/v4", config.listen);
+    server.run().await?;
+    tracing::info!("HTTP front stopped; finishing commits");
+    registry.drain_all().await;
+    for arbiter in queue_arbiters {
+        arbiter.stop();
+    }
+    tracing::info!("shutdown complete");
+    Ok(())
+}
