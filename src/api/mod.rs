@@ -37,9 +37,57 @@ fn resource(path: &str) -> Resource {
     web::resource(path).default_service(web::to(wrong_method))
 }
 
-/// Every route of the API.
+/// Every route of the API. Dynamic segments cost a regex match each, so
+/// routes nest under scopes: a request meets at most three regexes, the
+/// rest are plain string compares.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    let queue = "/queues/{queue_id}";
+    let queue = web::scope("/queues/{queue_id}")
+        .service(
+            resource("")
+                .route(web::get().to(queues::get))
+                .route(web::put().to(queues::put))
+                .route(web::patch().to(queues::patch))
+                .route(web::delete().to(queues::delete)),
+        )
+        .service(resource("/messages").route(web::post().to(messages::send)))
+        .service(resource("/messages/batch").route(web::post().to(messages::send_batch)))
+        .service(resource("/messages/pull").route(web::post().to(messages::pull)))
+        .service(resource("/messages/ack").route(web::post().to(messages::ack)))
+        .service(resource("/messages/peek").route(web::post().to(messages::peek)))
+        .service(resource("/messages/purge").route(web::post().to(messages::purge)))
+        .service(resource("/metrics").route(web::get().to(queues::metrics)))
+        .service(resource("/inspect").route(web::get().to(queues::inspect)))
+        .service(
+            resource("/purge")
+                .route(web::post().to(queues::purge))
+                .route(web::get().to(queues::purge_status)),
+        )
+        .service(
+            resource("/consumers")
+                .route(web::get().to(consumers::list))
+                .route(web::post().to(consumers::create)),
+        )
+        .service(
+            resource("/consumers/{consumer_id}")
+                .route(web::get().to(consumers::get))
+                .route(web::put().to(consumers::put))
+                .route(web::delete().to(consumers::delete)),
+        );
+    let account = web::scope("/accounts/{account_id}")
+        .wrap(from_fn(auth::require_account_access))
+        .service(
+            resource("/queues")
+                .route(web::get().to(queues::list))
+                .route(web::post().to(queues::create)),
+        )
+        .service(queue)
+        .service(resource("/functions").route(web::get().to(functions::list)))
+        .service(
+            resource("/functions/{name}")
+                .route(web::get().to(functions::get))
+                .route(web::put().to(functions::put))
+                .route(web::delete().to(functions::delete)),
+        );
     cfg.service(resource("/healthz").route(web::get().to(system::healthz)))
         .service(resource("/readyz").route(web::get().to(system::readyz)))
         .service(
@@ -50,53 +98,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                         .wrap(from_fn(auth::require_token))
                         .service(resource("/tokens/verify").route(web::get().to(tokens::verify))),
                 )
-                .service(
-                    web::scope("/accounts/{account_id}")
-                        .wrap(from_fn(auth::require_account_access))
-                        .service(
-                            resource("/queues")
-                                .route(web::get().to(queues::list))
-                                .route(web::post().to(queues::create)),
-                        )
-                        .service(
-                            resource(queue)
-                                .route(web::get().to(queues::get))
-                                .route(web::put().to(queues::put))
-                                .route(web::patch().to(queues::patch))
-                                .route(web::delete().to(queues::delete)),
-                        )
-                        .service(resource(&format!("{queue}/metrics")).route(web::get().to(queues::metrics)))
-                        .service(resource(&format!("{queue}/inspect")).route(web::get().to(queues::inspect)))
-                        .service(
-                            resource(&format!("{queue}/purge"))
-                                .route(web::post().to(queues::purge))
-                                .route(web::get().to(queues::purge_status)),
-                        )
-                        .service(
-                            resource(&format!("{queue}/consumers"))
-                                .route(web::get().to(consumers::list))
-                                .route(web::post().to(consumers::create)),
-                        )
-                        .service(
-                            resource(&format!("{queue}/consumers/{{consumer_id}}"))
-                                .route(web::get().to(consumers::get))
-                                .route(web::put().to(consumers::put))
-                                .route(web::delete().to(consumers::delete)),
-                        )
-                        .service(resource(&format!("{queue}/messages")).route(web::post().to(messages::send)))
-                        .service(resource(&format!("{queue}/messages/batch")).route(web::post().to(messages::send_batch)))
-                        .service(resource(&format!("{queue}/messages/pull")).route(web::post().to(messages::pull)))
-                        .service(resource(&format!("{queue}/messages/ack")).route(web::post().to(messages::ack)))
-                        .service(resource(&format!("{queue}/messages/peek")).route(web::post().to(messages::peek)))
-                        .service(resource(&format!("{queue}/messages/purge")).route(web::post().to(messages::purge)))
-                        .service(resource("/functions").route(web::get().to(functions::list)))
-                        .service(
-                            resource("/functions/{name}")
-                                .route(web::get().to(functions::get))
-                                .route(web::put().to(functions::put))
-                                .route(web::delete().to(functions::delete)),
-                        ),
-                ),
+                .service(account),
         )
         .default_service(web::to(no_route));
 }

@@ -1,1 +1,345 @@
-fn main(){}
+//! Load generator for Hopper: measures durable sends (batched and single)
+//! and pull+ack cycles over real HTTP, printing msg/s and latency.
+//!
+//! `cargo run --release --bin hopper-bench` starts its own server (the
+//! `hopper` binary beside this one) on a temp data dir; `--url` and
+//! `--token` point it at a running server instead.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Benchmark a Hopper server over HTTP")]
+struct Opts {
+    /// Server root URL (e.g. http://127.0.0.1:8787); none: start one.
+    #[arg(long)]
+    url: Option<String>,
+    /// Bearer token (needed with --url).
+    #[arg(long, env = "HOPPER_TOKEN")]
+    token: Option<String>,
+    #[arg(long, default_value = "bench")]
+    account: String,
+    /// Scenarios to run: batch, single, pullack.
+    #[arg(long, value_delimiter = ',', default_value = "batch,single,pullack")]
+    scenarios: Vec<String>,
+    /// Seconds per scenario.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    #[arg(long, default_value_t = 1024)]
+    message_bytes: usize,
+    #[arg(long, default_value_t = 100)]
+    batch_size: usize,
+    /// Concurrent producers for the batch scenario.
+    #[arg(long, default_value_t = 8)]
+    batch_producers: usize,
+    /// Concurrent producers (connections) for the single-send scenario.
+    #[arg(long, default_value_t = 64)]
+    single_producers: usize,
+    /// Concurrent pull+ack consumers.
+    #[arg(long, default_value_t = 4)]
+    consumers: usize,
+    /// Messages loaded before the pull+ack scenario.
+    #[arg(long, default_value_t = 300_000)]
+    prefill: usize,
+    /// Data dir for a server the bench starts (default: a temp dir).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+}
+
+struct Stats {
+    messages: AtomicU64,
+    latencies_us: Mutex<Vec<u32>>,
+}
+
+impl Stats {
+    fn new() -> Arc<Self> {
+        Arc::new(Stats {
+            messages: AtomicU64::new(0),
+            latencies_us: Mutex::new(Vec::with_capacity(1 << 20)),
+        })
+    }
+
+    fn record(&self, messages: u64, started: Instant) {
+        self.messages.fetch_add(messages, Ordering::Relaxed);
+        let us = started.elapsed().as_micros().min(u32::MAX as u128) as u32;
+        if let Ok(mut l) = self.latencies_us.lock() {
+            l.push(us);
+        }
+    }
+}
+
+struct Row {
+    name: String,
+    messages: u64,
+    seconds: f64,
+    requests: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn summarize(name: &str, stats: &Stats, seconds: f64) -> Row {
+    let mut lat = stats.latencies_us.lock().map(|l| l.clone()).unwrap_or_default();
+    lat.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+        lat[i] as f64 / 1000.0
+    };
+    Row {
+        name: name.to_owned(),
+        messages: stats.messages.load(Ordering::Relaxed),
+        seconds,
+        requests: lat.len(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+    }
+}
+
+struct Target {
+    root: String,
+    token: String,
+    account: String,
+    client: reqwest::Client,
+}
+
+impl Target {
+    fn base(&self) -> String {
+        format!("{}/client/v4/accounts/{}", self.root, self.account)
+    }
+
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.base()))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{status}: {v}"));
+        }
+        Ok(v["result"].clone())
+    }
+
+    async fn create_queue(&self, name: &str, pull: bool) -> Result<String, String> {
+        let v = self.call("/queues", &json!({"queue_name": name})).await?;
+        let id = v["queue_id"].as_str().ok_or("no queue_id")?.to_owned();
+        if pull {
+            self.call(
+                &format!("/queues/{id}/consumers"),
+                &json!({"type": "http_pull", "settings": {"batch_size": 100, "visibility_timeout_ms": 60000}}),
+            )
+            .await?;
+        }
+        Ok(id)
+    }
+}
+
+fn message(size: usize) -> Value {
+    json!({"body": "x".repeat(size), "content_type": "text"})
+}
+
+async fn run_producers(target: Arc<Target>, queue: String, producers: usize, batch: usize, size: usize, duration: Duration) -> Row {
+    let stats = Stats::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let body = if batch > 1 {
+        json!({"messages": (0..batch).map(|_| message(size)).collect::<Vec<_>>()})
+    } else {
+        message(size)
+    };
+    let path = if batch > 1 {
+        format!("/queues/{queue}/messages/batch")
+    } else {
+        format!("/queues/{queue}/messages")
+    };
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..producers {
+        let (t, s, stop, body, path) = (target.clone(), stats.clone(), stop.clone(), body.clone(), path.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let at = Instant::now();
+                match t.call(&path, &body).await {
+                    Ok(_) => s.record(batch as u64, at),
+                    Err(e) => {
+                        eprintln!("send failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let name = if batch > 1 {
+        format!("send batch ({producers} producers x {batch} msgs)")
+    } else {
+        format!("send single ({producers} producers)")
+    };
+    summarize(&name, &stats, started.elapsed().as_secs_f64())
+}
+
+async fn run_pull_ack(target: Arc<Target>, queue: String, consumers: usize, batch: usize, duration: Duration) -> Row {
+    let stats = Stats::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..consumers {
+        let (t, s, stop, queue) = (target.clone(), stats.clone(), stop.clone(), queue.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let at = Instant::now();
+                let pulled = match t
+                    .call(&format!("/queues/{queue}/messages/pull"), &json!({"batch_size": batch, "visibility_timeout_ms": 60000}))
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("pull failed: {e}");
+                        continue;
+                    }
+                };
+                let msgs = pulled["messages"].as_array().cloned().unwrap_or_default();
+                if msgs.is_empty() {
+                    break; // drained
+                }
+                let acks: Vec<Value> = msgs.iter().map(|m| json!({"lease_id": m["lease_id"]})).collect();
+                match t.call(&format!("/queues/{queue}/messages/ack"), &json!({"acks": acks})).await {
+                    Ok(v) => s.record(v["ackCount"].as_u64().unwrap_or(0), at),
+                    Err(e) => eprintln!("ack failed: {e}"),
+                }
+            }
+        }));
+    }
+    let deadline = tokio::time::sleep(duration);
+    tokio::pin!(deadline);
+    let all = futures_util::future::join_all(tasks);
+    tokio::select! {
+        _ = &mut deadline => { stop.store(true, Ordering::Relaxed); }
+        _ = all => {}
+    }
+    // give in-flight cycles a moment to finish after the stop signal
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seconds = started.elapsed().as_secs_f64();
+    summarize(&format!("pull+ack ({consumers} consumers x batch {batch})"), &stats, seconds)
+}
+
+fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir>) {
+    let exe = std::env::current_exe().expect("bench path");
+    let hopper = exe.with_file_name("hopper");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let (dir, tmp) = match &opts.data_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new().prefix("hopper-bench").tempdir().expect("temp dir");
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let token = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let child = Command::new(&hopper)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(&dir)
+        .env("HOPPER_ROOT_TOKEN", &token)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", hopper.display()));
+    (child, format!("http://127.0.0.1:{port}"), token, tmp)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let opts = Opts::parse();
+    let mut server = None;
+    let (root, token) = match &opts.url {
+        Some(u) => (u.trim_end_matches('/').to_owned(), opts.token.clone().expect("--token is needed with --url")),
+        None => {
+            let (child, root, token, tmp) = start_server(&opts);
+            server = Some((child, tmp));
+            (root, token)
+        }
+    };
+    let target = Arc::new(Target {
+        root: root.clone(),
+        token,
+        account: opts.account.clone(),
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .expect("client"),
+    });
+    for _ in 0..300 {
+        if target.client.get(format!("{root}/healthz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let duration = Duration::from_secs(opts.duration);
+    let mut rows = Vec::new();
+    for scenario in &opts.scenarios {
+        match scenario.as_str() {
+            "batch" => {
+                let q = target.create_queue(&format!("batch-{run}"), false).await.expect("queue");
+                rows.push(run_producers(target.clone(), q, opts.batch_producers, opts.batch_size, opts.message_bytes, duration).await);
+            }
+            "single" => {
+                let q = target.create_queue(&format!("single-{run}"), false).await.expect("queue");
+                rows.push(run_producers(target.clone(), q, opts.single_producers, 1, opts.message_bytes, duration).await);
+            }
+            "pullack" => {
+                let q = target.create_queue(&format!("pullack-{run}"), true).await.expect("queue");
+                eprintln!("prefilling {} messages...", opts.prefill);
+                let body = json!({"messages": (0..100).map(|_| message(opts.message_bytes)).collect::<Vec<_>>()});
+                let per_task = opts.prefill.div_ceil(100).div_ceil(8);
+                let mut fills = Vec::new();
+                for _ in 0..8 {
+                    let (t, q, body) = (target.clone(), q.clone(), body.clone());
+                    fills.push(tokio::spawn(async move {
+                        for _ in 0..per_task {
+                            t.call(&format!("/queues/{q}/messages/batch"), &body).await.expect("prefill");
+                        }
+                    }));
+                }
+                futures_util::future::join_all(fills).await;
+                rows.push(run_pull_ack(target.clone(), q, opts.consumers, opts.batch_size, duration).await);
+            }
+            other => eprintln!("unknown scenario {other:?} (batch, single, pullack)"),
+        }
+    }
+    println!();
+    println!("| scenario | messages | seconds | msg/s | requests | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.1} | {:.0} | {} | {:.2} | {:.2} |",
+            r.name,
+            r.messages,
+            r.seconds,
+            r.messages as f64 / r.seconds,
+            r.requests,
+            r.p50_ms,
+            r.p99_ms
+        );
+    }
+    if let Some((mut child, _tmp)) = server {
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = child.wait();
+    }
+}

@@ -2,10 +2,12 @@
 
 Run against a live server:
 
-    python3 -m venv /tmp/sdkvenv
-    /tmp/sdkvenv/bin/pip install -r tests/sdk/requirements.txt
+    python3 -m venv .venv
+    .venv/bin/pip install -r tests/sdk/requirements.txt
     HOPPER_URL=http://127.0.0.1:8787 HOPPER_TOKEN=<root token> \
-        /tmp/sdkvenv/bin/pytest -q tests/sdk
+        .venv/bin/pytest -q tests/sdk
+
+`scripts/test.sh` does all of this itself.
 
 Every test creates its own queues (unique names, in a per-run account) and
 deletes them afterwards. The module is skipped when HOPPER_URL or
