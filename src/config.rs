@@ -7,7 +7,6 @@ use std::path::PathBuf;
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    pub config_file: Option<PathBuf>,
     /// `HOPPER_ROOT_TOKEN`: accepted as root for this run.
     pub root_token: Option<String>,
     /// HTTP worker threads; 0 means one per core.

@@ -45,7 +45,8 @@ async fn ensure_root_token(registry: &RegistryHandle, config: &ServeConfig) -> R
     getrandom::getrandom(&mut raw).map_err(|e| ServerError::RootToken(e.to_string()))?;
     let token = format!("hopper_{}", hex::encode(raw));
     let path = config.data_dir.join("root-token");
-    write_secret_file(&path, &token).map_err(|e| ServerError::RootToken(format!("{}: {e}", path.display())))?;
+    write_secret_file(&path, &token)
+        .map_err(|e| ServerError::RootToken(format!("{}: {e}", path.display())))?;
     let record = TokenRecord {
         id: new_id(),
         name: "root".into(),

@@ -28,14 +28,29 @@ struct Ledger {
 }
 
 fn key_of(msg: &Value) -> String {
-    decode_json_body(&msg["body"])["k"].as_str().unwrap_or("?").to_owned()
+    decode_json_body(&msg["body"])["k"]
+        .as_str()
+        .unwrap_or("?")
+        .to_owned()
 }
 
-async fn producer(base: String, token: String, queue: String, worker: usize, round: usize, ledger: Arc<Mutex<Ledger>>) {
+async fn producer(
+    base: String,
+    token: String,
+    queue: String,
+    worker: usize,
+    round: usize,
+    ledger: Arc<Mutex<Ledger>>,
+) {
     let client = reqwest::Client::new();
     for n in 0.. {
-        let batch: Vec<Value> = (0..5).map(|i| json!({"body": {"k": format!("r{round}-p{worker}-{n}-{i}")}})).collect();
-        let keys: Vec<String> = batch.iter().map(|m| m["body"]["k"].as_str().unwrap().to_owned()).collect();
+        let batch: Vec<Value> = (0..5)
+            .map(|i| json!({"body": {"k": format!("r{round}-p{worker}-{n}-{i}")}}))
+            .collect();
+        let keys: Vec<String> = batch
+            .iter()
+            .map(|m| m["body"]["k"].as_str().unwrap().to_owned())
+            .collect();
         ledger.lock().unwrap().attempted.extend(keys.iter().cloned());
         let resp = client
             .post(format!("{base}/queues/{queue}/messages/batch"))
@@ -105,7 +120,12 @@ async fn consumer(base: String, token: String, queue: String, ledger: Arc<Mutex<
 async fn drain(s: &Server, queue: &str, ledger: &Arc<Mutex<Ledger>>) {
     let mut empty_rounds = 0;
     for _ in 0..2000 {
-        let r = s.pull(queue, json!({"batch_size": 100, "visibility_timeout_ms": 60000, "wait_ms": 200})).await;
+        let r = s
+            .pull(
+                queue,
+                json!({"batch_size": 100, "visibility_timeout_ms": 60000, "wait_ms": 200}),
+            )
+            .await;
         let msgs = r["messages"].as_array().cloned().unwrap_or_default();
         if msgs.is_empty() {
             if r["message_backlog_count"] == 0 {
@@ -143,16 +163,29 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let mut s = Server::start_in(tmp.path(), Vec::new()).await;
     let queue = s.create_queue("crashy", json!({})).await;
-    s.add_pull_consumer(&queue, json!({"max_retries": 100}), None).await;
+    s.add_pull_consumer(&queue, json!({"max_retries": 100}), None)
+        .await;
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let cycles = 4;
     for round in 0..cycles {
         let mut tasks = Vec::new();
         for w in 0..4 {
-            tasks.push(tokio::spawn(producer(s.base(), s.token.clone(), queue.clone(), w, round, ledger.clone())));
+            tasks.push(tokio::spawn(producer(
+                s.base(),
+                s.token.clone(),
+                queue.clone(),
+                w,
+                round,
+                ledger.clone(),
+            )));
         }
         for _ in 0..3 {
-            tasks.push(tokio::spawn(consumer(s.base(), s.token.clone(), queue.clone(), ledger.clone())));
+            tasks.push(tokio::spawn(consumer(
+                s.base(),
+                s.token.clone(),
+                queue.clone(),
+                ledger.clone(),
+            )));
         }
         // kill at a varying moment in the middle of the traffic
         tokio::time::sleep(Duration::from_millis(400 + 250 * round as u64)).await;
@@ -164,7 +197,7 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
     }
     drain(&s, &queue, &ledger).await;
 
-    let l = ledger.lock().unwrap();
+    let l = std::mem::take(&mut *ledger.lock().unwrap());
     let lost: Vec<&String> = l
         .confirmed
         .iter()
@@ -183,9 +216,16 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
         l.redelivered_after_ack.len(),
         unexpected.len()
     );
-    assert!(l.confirmed.len() > 100, "the test produced too little traffic to mean anything");
+    assert!(
+        l.confirmed.len() > 100,
+        "the test produced too little traffic to mean anything"
+    );
     assert!(lost.is_empty(), "confirmed but lost: {lost:?}");
-    assert!(l.redelivered_after_ack.is_empty(), "acked but redelivered: {:?}", l.redelivered_after_ack);
+    assert!(
+        l.redelivered_after_ack.is_empty(),
+        "acked but redelivered: {:?}",
+        l.redelivered_after_ack
+    );
     assert!(unexpected.is_empty(), "unexpected: {unexpected:?}");
     let (_, v) = s.get(&format!("/queues/{queue}/metrics")).await;
     assert_eq!(v["result"]["backlog_count"], 0);
@@ -197,9 +237,21 @@ async fn kill9_preserves_attempts_delays_and_consumers() {
     let tmp = tempfile::tempdir().unwrap();
     let mut s = Server::start_in(tmp.path(), Vec::new()).await;
     let q = s.create_queue("state", json!({"delivery_delay": 0})).await;
-    s.add_pull_consumer(&q, json!({"max_retries": 5, "visibility_timeout_ms": 800}), None).await;
-    assert_eq!(s.send(&q, json!({"body": "now", "content_type": "text"})).await.0, 200);
-    assert_eq!(s.send(&q, json!({"body": "later", "content_type": "text", "delay_seconds": 3})).await.0, 200);
+    s.add_pull_consumer(&q, json!({"max_retries": 5, "visibility_timeout_ms": 800}), None)
+        .await;
+    assert_eq!(
+        s.send(&q, json!({"body": "now", "content_type": "text"})).await.0,
+        200
+    );
+    assert_eq!(
+        s.send(
+            &q,
+            json!({"body": "later", "content_type": "text", "delay_seconds": 3})
+        )
+        .await
+        .0,
+        200
+    );
     let first = s.pull(&q, json!({})).await;
     assert_eq!(first["messages"][0]["attempts"], 1);
     let lease = first["messages"][0]["lease_id"].clone();

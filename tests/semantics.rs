@@ -1119,3 +1119,75 @@ async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
     assert_eq!(v["errors"][0]["code"], 11005);
     assert_eq!(backlog(&s, &paused).await, 1);
 }
+
+// ------------------------------------------------- pull defaults & ordering
+
+#[tokio::test]
+async fn pull_defaults_come_from_the_consumer_and_visibility_timeout_is_an_alias() {
+    let s = Server::start().await;
+    let q = s.create_queue("defaults", json!({})).await;
+    s.add_pull_consumer(&q, json!({"batch_size": 3, "visibility_timeout_ms": 1000}), None).await;
+    let plain = s.create_queue("plain-defaults", json!({})).await;
+    s.add_pull_consumer(&plain, json!({}), None).await;
+    let batch: Vec<Value> = (0..10).map(|i| json!({"body": format!("d{i}"), "content_type": "text"})).collect();
+    send_batch(&s, &q, json!({"messages": batch.clone()})).await;
+    send_batch(&s, &plain, json!({"messages": batch})).await;
+
+    assert_eq!(pull_msgs(&s, &plain, json!({})).await.len(), 5, "http_pull batch_size defaults to 5");
+    let by_consumer = pull_msgs(&s, &q, json!({})).await;
+    assert_eq!(by_consumer.len(), 3, "the consumer's batch_size applies");
+    assert_eq!(pull_msgs(&s, &q, json!({"batch_size": 4})).await.len(), 4, "the request's batch_size wins");
+    // `visibility_timeout` is the same field, in milliseconds.
+    let aliased = pull_msgs(&s, &q, json!({"batch_size": 1, "visibility_timeout": 60000})).await;
+    assert_eq!(aliased.len(), 1);
+
+    sleep_ms(2000).await;
+    // The consumer's 1 s visibility timeout let the first 7 come back; the
+    // one leased for 60 s via `visibility_timeout` did not.
+    let back = pull_msgs(&s, &q, json!({"batch_size": 100, "visibility_timeout_ms": 60000})).await;
+    assert_eq!(back.len(), 9, "7 expired + 2 never pulled: {back:?}");
+    assert_eq!(back.iter().filter(|m| m["attempts"] == 2).count(), 7);
+    assert!(back.iter().all(|m| m["id"] != aliased[0]["id"]), "visibility_timeout (ms) was honoured");
+}
+
+#[tokio::test]
+async fn order_is_by_visibility_time_then_arrival() {
+    let s = Server::start().await;
+    let q = s.create_queue("ordered", json!({})).await;
+    s.add_pull_consumer(&q, json!({}), None).await;
+    send_text(&s, &q, "delayed-1s", Some(1)).await;
+    send_text(&s, &q, "first", None).await;
+    send_text(&s, &q, "second", None).await;
+    sleep_ms(1500).await;
+    send_text(&s, &q, "late", None).await;
+    let got = pull_msgs(&s, &q, json!({"batch_size": 10})).await;
+    let order: Vec<&str> = got.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    assert_eq!(order, vec!["first", "second", "delayed-1s", "late"]);
+}
+
+#[tokio::test]
+async fn dead_letter_queue_named_on_consumer_update_is_created() {
+    let s = Server::start().await;
+    let q = s.create_queue("updated", json!({})).await;
+    let cid = s.add_pull_consumer(&q, json!({}), None).await;
+    let (status, v) = s
+        .call(
+            "PUT",
+            &format!("/queues/{q}/consumers/{cid}"),
+            Some(json!({"type": "http_pull", "dead_letter_queue": "updated-dlq", "settings": {"max_retries": 0}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["dead_letter_queue"], "updated-dlq");
+    let dlq = queues_named(&s, "updated-dlq").await;
+    assert_eq!(dlq.len(), 1, "created by the consumer update");
+    let dlq_id = dlq[0]["queue_id"].as_str().unwrap().to_owned();
+
+    send_text(&s, &q, "x", None).await;
+    let got = pull_msgs(&s, &q, json!({})).await;
+    s.ack(&q, json!({"retries": [{"lease_id": got[0]["lease_id"]}]})).await;
+    eventually(Duration::from_secs(10), "dead-lettered after one delivery", || async {
+        (backlog(&s, &dlq_id).await == 1).then_some(())
+    })
+    .await;
+}

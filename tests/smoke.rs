@@ -14,7 +14,9 @@ async fn send_pull_ack_roundtrip() {
     let msgs = pulled["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 1);
     assert_eq!(common::decode_json_body(&msgs[0]["body"]), json!({"n": 1}));
-    let acked = s.ack(&q, json!({"acks": [{"lease_id": msgs[0]["lease_id"]}]})).await;
+    let acked = s
+        .ack(&q, json!({"acks": [{"lease_id": msgs[0]["lease_id"]}]}))
+        .await;
     assert_eq!(acked["ackCount"], 1);
     assert_eq!(s.inspect(&q).await["messages"]["total"], 0);
 }

@@ -44,7 +44,11 @@ fn authenticate(req: &ServiceRequest) -> Result<Caller, ApiError> {
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| ApiError::Unauthorized("missing Authorization header: send 'Authorization: Bearer <token>'".into()))?;
+        .ok_or_else(|| {
+            ApiError::Unauthorized(
+                "missing Authorization header: send 'Authorization: Bearer <token>'".into(),
+            )
+        })?;
     let token = header
         .strip_prefix("Bearer ")
         .or_else(|| header.strip_prefix("bearer "))
@@ -91,7 +95,7 @@ pub async fn require_account_access(
         return Err(ApiError::MalformedAccountId(account).into());
     }
     if let Some(allowed) = &caller.accounts {
-        if !allowed.iter().any(|a| *a == account) {
+        if !allowed.contains(&account) {
             return Err(ApiError::Forbidden(format!("this token may not use account {account:?}")).into());
         }
     }

@@ -37,7 +37,9 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
             "the request body must be a JSON object, got {}",
             kind(&other)
         ))),
-        Err(e) => Err(ApiError::MalformedJson(format!("the request body is not valid JSON: {e}"))),
+        Err(e) => Err(ApiError::MalformedJson(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
     }
 }
 
@@ -71,7 +73,11 @@ pub fn uint_in(
         Some(v) => {
             let n = v
                 .as_u64()
-                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .map(|f| f as u64)
+                })
                 .ok_or_else(|| ApiError::InvalidBody(format!("{key} must be a whole number, got {v}")))?;
             if !range.contains(&n) {
                 return Err(ApiError::InvalidBody(format!(
@@ -100,8 +106,14 @@ mod tests {
     #[test]
     fn classifies_bodies() {
         assert!(parse_object(b"").unwrap().is_empty());
-        assert!(matches!(parse_object(b"{\"a\":"), Err(ApiError::MalformedJson(_))));
+        assert!(matches!(
+            parse_object(b"{\"a\":"),
+            Err(ApiError::MalformedJson(_))
+        ));
         assert!(matches!(parse_object(b"[1]"), Err(ApiError::InvalidBody(_))));
-        assert!(matches!(parse_object(&[0xff, 0xfe]), Err(ApiError::MalformedJson(_))));
+        assert!(matches!(
+            parse_object(&[0xff, 0xfe]),
+            Err(ApiError::MalformedJson(_))
+        ));
     }
 }

@@ -12,7 +12,10 @@ fn mailbox_error(_: actix::MailboxError) -> ApiError {
     ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
 }
 
-pub async fn list(state: web::Data<AppState>, path: web::Path<(String, String)>) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
     let (account, id) = path.into_inner();
     let (record, _) = state.registry.queue(&account, queue_id(&id)?)?;
     let consumers: Vec<Value> = record
@@ -33,7 +36,11 @@ pub async fn list(state: web::Data<AppState>, path: web::Path<(String, String)>)
     ))
 }
 
-pub async fn create(state: web::Data<AppState>, path: web::Path<(String, String)>, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn create(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let (account, id) = path.into_inner();
     queue_id(&id)?;
     let body = Value::Object(json_object(payload).await?);
@@ -51,7 +58,10 @@ pub async fn create(state: web::Data<AppState>, path: web::Path<(String, String)
     Ok(ok(consumer.to_api(&record.queue_id, &record.queue_name)))
 }
 
-pub async fn get(state: web::Data<AppState>, path: web::Path<(String, String, String)>) -> Result<HttpResponse, ApiError> {
+pub async fn get(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
     let (account, id, consumer_id) = path.into_inner();
     let (record, _) = state.registry.queue(&account, queue_id(&id)?)?;
     match &record.consumer {
@@ -60,7 +70,11 @@ pub async fn get(state: web::Data<AppState>, path: web::Path<(String, String, St
     }
 }
 
-pub async fn put(state: web::Data<AppState>, path: web::Path<(String, String, String)>, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn put(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let (account, id, consumer_id) = path.into_inner();
     queue_id(&id)?;
     let body = Value::Object(json_object(payload).await?);
@@ -79,7 +93,10 @@ pub async fn put(state: web::Data<AppState>, path: web::Path<(String, String, St
     Ok(ok(consumer.to_api(&record.queue_id, &record.queue_name)))
 }
 
-pub async fn delete(state: web::Data<AppState>, path: web::Path<(String, String, String)>) -> Result<HttpResponse, ApiError> {
+pub async fn delete(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
     let (account, id, consumer_id) = path.into_inner();
     queue_id(&id)?;
     state

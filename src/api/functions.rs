@@ -20,7 +20,12 @@ fn mailbox_error(_: actix::MailboxError) -> ApiError {
 }
 
 pub async fn list(state: web::Data<AppState>, account: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let all: Vec<Value> = state.registry.functions(&account).iter().map(|f| f.to_api()).collect();
+    let all: Vec<Value> = state
+        .registry
+        .functions(&account)
+        .iter()
+        .map(|f| f.to_api())
+        .collect();
     let n = all.len() as u64;
     Ok(ok_list(
         all,
@@ -34,7 +39,10 @@ pub async fn list(state: web::Data<AppState>, account: web::Path<String>) -> Res
     ))
 }
 
-pub async fn get(state: web::Data<AppState>, path: web::Path<(String, String)>) -> Result<HttpResponse, ApiError> {
+pub async fn get(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
     let (account, name) = path.into_inner();
     state
         .registry
@@ -43,7 +51,11 @@ pub async fn get(state: web::Data<AppState>, path: web::Path<(String, String)>) 
         .ok_or_else(|| BrokerError::FunctionNotFound(name).into())
 }
 
-pub async fn put(state: web::Data<AppState>, path: web::Path<(String, String)>, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn put(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let (account, name) = path.into_inner();
     if !valid_function_name(&name) {
         return Err(ApiError::InvalidBody(format!(
@@ -51,13 +63,18 @@ pub async fn put(state: web::Data<AppState>, path: web::Path<(String, String)>, 
         )));
     }
     let body = json_object(payload).await?;
-    let url = string_field(&body, "url")?
-        .ok_or_else(|| ApiError::InvalidBody("url is required: the HTTP endpoint that receives batches".into()))?;
+    let url = string_field(&body, "url")?.ok_or_else(|| {
+        ApiError::InvalidBody("url is required: the HTTP endpoint that receives batches".into())
+    })?;
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(ApiError::InvalidBody(format!("url must be an http:// or https:// URL, got {url:?}")));
+        return Err(ApiError::InvalidBody(format!(
+            "url must be an http:// or https:// URL, got {url:?}"
+        )));
     }
     let timeout_ms = uint_in(&body, "timeout_ms", 1..=900_000)?.unwrap_or(30_000);
-    let secret = string_field(&body, "secret")?.filter(|s| !s.is_empty()).map(str::to_owned);
+    let secret = string_field(&body, "secret")?
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
     let record = state
         .registry
         .addr
@@ -73,7 +90,10 @@ pub async fn put(state: web::Data<AppState>, path: web::Path<(String, String)>, 
     Ok(ok(record.to_api()))
 }
 
-pub async fn delete(state: web::Data<AppState>, path: web::Path<(String, String)>) -> Result<HttpResponse, ApiError> {
+pub async fn delete(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
     let (account, name) = path.into_inner();
     state
         .registry

@@ -17,15 +17,27 @@ fn handle(state: &AppState, path: Path2) -> Result<QueueHandle, ApiError> {
     Ok(state.registry.queue(&account, queue_id(&id)?)?.1)
 }
 
-pub async fn send(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn send(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
     let body = Value::Object(json_object(payload).await?);
     let message = parse_message(&body, None)?;
-    let metrics = queue.ask(SendMessages { messages: vec![message] }).await?;
+    let metrics = queue
+        .ask(SendMessages {
+            messages: vec![message],
+        })
+        .await?;
     Ok(ok(json!({ "metadata": { "metrics": metrics } })))
 }
 
-pub async fn send_batch(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn send_batch(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
     let body = Value::Object(json_object(payload).await?);
     let messages = parse_batch(&body)?;
@@ -33,7 +45,11 @@ pub async fn send_batch(state: web::Data<AppState>, path: Path2, payload: web::P
     Ok(ok(json!({ "metadata": { "metrics": metrics } })))
 }
 
-pub async fn pull(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn pull(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
     let body = json_object(payload).await?;
     let visibility = match uint_in(&body, "visibility_timeout_ms", 1..=MAX_VISIBILITY_TIMEOUT_MS)? {
@@ -48,20 +64,23 @@ pub async fn pull(state: web::Data<AppState>, path: Path2, payload: web::Payload
     Ok(ok(queue.ask(request).await?))
 }
 
+/// One entry of `acks`/`retries`/`extensions`: the object and its lease id.
+type LeaseEntry<'a> = (&'a Map<String, Value>, String);
+
 /// The entries of an optional array of objects, each with a `lease_id`.
-fn lease_entries<'a>(body: &'a Map<String, Value>, key: &str) -> Result<Vec<(&'a Map<String, Value>, String)>, ApiError> {
+fn lease_entries<'a>(body: &'a Map<String, Value>, key: &str) -> Result<Vec<LeaseEntry<'a>>, ApiError> {
     let Some(list) = body.get(key).filter(|v| !v.is_null()) else {
         return Ok(Vec::new());
     };
-    let list = list
-        .as_array()
-        .ok_or_else(|| ApiError::InvalidBody(format!("{key} must be an array of {{\"lease_id\": ...}} objects")))?;
+    let list = list.as_array().ok_or_else(|| {
+        ApiError::InvalidBody(format!("{key} must be an array of {{\"lease_id\": ...}} objects"))
+    })?;
     list.iter()
         .enumerate()
         .map(|(i, entry)| {
-            let obj = entry
-                .as_object()
-                .ok_or_else(|| ApiError::InvalidBody(format!("{key}[{i}] must be an object with a lease_id")))?;
+            let obj = entry.as_object().ok_or_else(|| {
+                ApiError::InvalidBody(format!("{key}[{i}] must be an object with a lease_id"))
+            })?;
             let lease = match obj.get("lease_id") {
                 Some(Value::String(s)) => s.clone(),
                 // A lease id of the wrong type is a bad id, not a bad request.
@@ -73,10 +92,17 @@ fn lease_entries<'a>(body: &'a Map<String, Value>, key: &str) -> Result<Vec<(&'a
         .collect()
 }
 
-pub async fn ack(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn ack(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
     let body = json_object(payload).await?;
-    let acks = lease_entries(&body, "acks")?.into_iter().map(|(_, l)| l).collect();
+    let acks = lease_entries(&body, "acks")?
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
     let retries = lease_entries(&body, "retries")?
         .into_iter()
         .map(|(obj, lease)| Ok((lease, parse_delay(obj.get("delay_seconds"))?)))
@@ -84,18 +110,30 @@ pub async fn ack(state: web::Data<AppState>, path: Path2, payload: web::Payload)
     let extensions = lease_entries(&body, "extensions")?
         .into_iter()
         .map(|(obj, lease)| {
-            let vt = match uint_in(obj, "visibility_timeout_ms", 1..=MAX_VISIBILITY_TIMEOUT_MS)? {
-                Some(v) => v,
-                None => uint_in(obj, "visibility_timeout", 1..=MAX_VISIBILITY_TIMEOUT_MS)?
-                    .ok_or_else(|| ApiError::InvalidBody("each extension needs visibility_timeout_ms".into()))?,
-            };
+            let vt =
+                match uint_in(obj, "visibility_timeout_ms", 1..=MAX_VISIBILITY_TIMEOUT_MS)? {
+                    Some(v) => v,
+                    None => uint_in(obj, "visibility_timeout", 1..=MAX_VISIBILITY_TIMEOUT_MS)?.ok_or_else(
+                        || ApiError::InvalidBody("each extension needs visibility_timeout_ms".into()),
+                    )?,
+                };
             Ok((lease, vt))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    Ok(ok(queue.ask(Ack { acks, retries, extensions }).await?))
+    Ok(ok(queue
+        .ask(Ack {
+            acks,
+            retries,
+            extensions,
+        })
+        .await?))
 }
 
-pub async fn peek(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn peek(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
     let body = json_object(payload).await?;
     let limit = uint_in(&body, "batch_size", 1..=100)?.unwrap_or(10) as usize;
@@ -103,19 +141,23 @@ pub async fn peek(state: web::Data<AppState>, path: Path2, payload: web::Payload
     Ok(ok(json!({ "messages": messages })))
 }
 
-pub async fn purge(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn purge(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
     let body = json_object(payload).await?;
-    let list = body
-        .get("refs")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::InvalidBody("refs is required: an array of {\"ref\": ...} from peek".into()))?;
+    let list = body.get("refs").and_then(Value::as_array).ok_or_else(|| {
+        ApiError::InvalidBody("refs is required: an array of {\"ref\": ...} from peek".into())
+    })?;
     let mut refs = Vec::with_capacity(list.len());
     for (i, entry) in list.iter().enumerate() {
         let obj = entry
             .as_object()
             .ok_or_else(|| ApiError::InvalidBody(format!("refs[{i}] must be an object with a ref")))?;
-        let r = string_field(obj, "ref")?.ok_or_else(|| ApiError::InvalidBody(format!("refs[{i}] has no ref")))?;
+        let r = string_field(obj, "ref")?
+            .ok_or_else(|| ApiError::InvalidBody(format!("refs[{i}] has no ref")))?;
         refs.push(r.to_owned());
     }
     Ok(ok(queue.ask(PurgeRefs { refs }).await?))

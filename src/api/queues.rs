@@ -15,7 +15,11 @@ fn mailbox_error(_: actix::MailboxError) -> ApiError {
     ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
 }
 
-pub async fn list(state: web::Data<AppState>, account: web::Path<String>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<AppState>,
+    account: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(req.query_string())
         .map_err(|e| ApiError::InvalidBody(format!("malformed query string: {e}")))?;
     let mut page = 1u64;
@@ -31,7 +35,9 @@ pub async fn list(state: web::Data<AppState>, account: web::Path<String>, req: H
             "per_page" => {
                 per_page = number(&v)?;
                 if !(1..=1000).contains(&per_page) {
-                    return Err(ApiError::InvalidBody(format!("per_page must be between 1 and 1000, got {per_page}")));
+                    return Err(ApiError::InvalidBody(format!(
+                        "per_page must be between 1 and 1000, got {per_page}"
+                    )));
                 }
             }
             "name" => names.push(v),
@@ -56,7 +62,11 @@ pub async fn list(state: web::Data<AppState>, account: web::Path<String>, req: H
     Ok(ok_list(result, info))
 }
 
-pub async fn create(state: web::Data<AppState>, account: web::Path<String>, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn create(
+    state: web::Data<AppState>,
+    account: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let body = json_object(payload).await?;
     let name = string_field(&body, "queue_name")?
         .ok_or_else(|| ApiError::InvalidBody("queue_name is required".into()))?
@@ -80,7 +90,12 @@ pub async fn get(state: web::Data<AppState>, path: Path2) -> Result<HttpResponse
     Ok(ok(record.to_api()))
 }
 
-async fn update(state: web::Data<AppState>, path: Path2, payload: web::Payload, full: bool) -> Result<HttpResponse, ApiError> {
+async fn update(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+    full: bool,
+) -> Result<HttpResponse, ApiError> {
     let (account, id) = path.into_inner();
     queue_id(&id)?;
     let body = json_object(payload).await?;
@@ -100,11 +115,19 @@ async fn update(state: web::Data<AppState>, path: Path2, payload: web::Payload, 
     Ok(ok(record.to_api()))
 }
 
-pub async fn put(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn put(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     update(state, path, payload, true).await
 }
 
-pub async fn patch(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn patch(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     update(state, path, payload, false).await
 }
 
@@ -114,7 +137,10 @@ pub async fn delete(state: web::Data<AppState>, path: Path2) -> Result<HttpRespo
     state
         .registry
         .addr
-        .send(DeleteQueue { account, queue_id: id })
+        .send(DeleteQueue {
+            account,
+            queue_id: id,
+        })
         .await
         .map_err(mailbox_error)??;
     Ok(ok(Value::Null))
@@ -132,13 +158,18 @@ pub async fn inspect(state: web::Data<AppState>, path: Path2) -> Result<HttpResp
     Ok(ok(handle.ask(Inspect).await?))
 }
 
-pub async fn purge(state: web::Data<AppState>, path: Path2, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn purge(
+    state: web::Data<AppState>,
+    path: Path2,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
     let (account, id) = path.into_inner();
     let (_, handle) = state.registry.queue(&account, queue_id(&id)?)?;
     let body = json_object(payload).await?;
     if body.get("delete_messages_permanently") != Some(&Value::Bool(true)) {
         return Err(ApiError::InvalidBody(
-            "purging deletes every message for good: send {\"delete_messages_permanently\": true} to confirm".into(),
+            "purging deletes every message for good: send {\"delete_messages_permanently\": true} to confirm"
+                .into(),
         ));
     }
     handle.ask(PurgeAll).await?;

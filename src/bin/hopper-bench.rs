@@ -24,7 +24,8 @@ struct Opts {
     token: Option<String>,
     #[arg(long, default_value = "bench")]
     account: String,
-    /// Scenarios to run: batch, single, pullack.
+    /// Scenarios to run: batch, single, pullack; or store-layout alone
+    /// (in-process redb comparison, no server).
     #[arg(long, value_delimiter = ',', default_value = "batch,single,pullack")]
     scenarios: Vec<String>,
     /// Seconds per scenario.
@@ -149,7 +150,14 @@ fn message(size: usize) -> Value {
     json!({"body": "x".repeat(size), "content_type": "text"})
 }
 
-async fn run_producers(target: Arc<Target>, queue: String, producers: usize, batch: usize, size: usize, duration: Duration) -> Row {
+async fn run_producers(
+    target: Arc<Target>,
+    queue: String,
+    producers: usize,
+    batch: usize,
+    size: usize,
+    duration: Duration,
+) -> Row {
     let stats = Stats::new();
     let stop = Arc::new(AtomicBool::new(false));
     let body = if batch > 1 {
@@ -165,7 +173,13 @@ async fn run_producers(target: Arc<Target>, queue: String, producers: usize, bat
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..producers {
-        let (t, s, stop, body, path) = (target.clone(), stats.clone(), stop.clone(), body.clone(), path.clone());
+        let (t, s, stop, body, path) = (
+            target.clone(),
+            stats.clone(),
+            stop.clone(),
+            body.clone(),
+            path.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let at = Instant::now();
@@ -192,7 +206,13 @@ async fn run_producers(target: Arc<Target>, queue: String, producers: usize, bat
     summarize(&name, &stats, started.elapsed().as_secs_f64())
 }
 
-async fn run_pull_ack(target: Arc<Target>, queue: String, consumers: usize, batch: usize, duration: Duration) -> Row {
+async fn run_pull_ack(
+    target: Arc<Target>,
+    queue: String,
+    consumers: usize,
+    batch: usize,
+    duration: Duration,
+) -> Row {
     let stats = Stats::new();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
@@ -203,7 +223,10 @@ async fn run_pull_ack(target: Arc<Target>, queue: String, consumers: usize, batc
             while !stop.load(Ordering::Relaxed) {
                 let at = Instant::now();
                 let pulled = match t
-                    .call(&format!("/queues/{queue}/messages/pull"), &json!({"batch_size": batch, "visibility_timeout_ms": 60000}))
+                    .call(
+                        &format!("/queues/{queue}/messages/pull"),
+                        &json!({"batch_size": batch, "visibility_timeout_ms": 60000}),
+                    )
                     .await
                 {
                     Ok(v) => v,
@@ -217,7 +240,10 @@ async fn run_pull_ack(target: Arc<Target>, queue: String, consumers: usize, batc
                     break; // drained
                 }
                 let acks: Vec<Value> = msgs.iter().map(|m| json!({"lease_id": m["lease_id"]})).collect();
-                match t.call(&format!("/queues/{queue}/messages/ack"), &json!({"acks": acks})).await {
+                match t
+                    .call(&format!("/queues/{queue}/messages/ack"), &json!({"acks": acks}))
+                    .await
+                {
                     Ok(v) => s.record(v["ackCount"].as_u64().unwrap_or(0), at),
                     Err(e) => eprintln!("ack failed: {e}"),
                 }
@@ -234,7 +260,11 @@ async fn run_pull_ack(target: Arc<Target>, queue: String, consumers: usize, batc
     // give in-flight cycles a moment to finish after the stop signal
     tokio::time::sleep(Duration::from_millis(200)).await;
     let seconds = started.elapsed().as_secs_f64();
-    summarize(&format!("pull+ack ({consumers} consumers x batch {batch})"), &stats, seconds)
+    summarize(
+        &format!("pull+ack ({consumers} consumers x batch {batch})"),
+        &stats,
+        seconds,
+    )
 }
 
 fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir>) {
@@ -247,7 +277,10 @@ fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir
     let (dir, tmp) = match &opts.data_dir {
         Some(d) => (d.clone(), None),
         None => {
-            let t = tempfile::Builder::new().prefix("hopper-bench").tempdir().expect("temp dir");
+            let t = tempfile::Builder::new()
+                .prefix("hopper-bench")
+                .tempdir()
+                .expect("temp dir");
             (t.path().to_path_buf(), Some(t))
         }
     };
@@ -263,12 +296,86 @@ fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir
     (child, format!("http://127.0.0.1:{port}"), token, tmp)
 }
 
+/// The storage-layout question behind ARCHITECTURE.md: N queues committing
+/// at once, each with its own redb file, versus N tables in one shared file
+/// (one writer at a time). Each commit: 10 x 1 KiB inserts, fsynced.
+fn store_layout(queues: usize, seconds: u64) {
+    use redb::{Database, TableDefinition};
+    const T: [&str; 16] = [
+        "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "q11", "q12", "q13", "q14", "q15",
+    ];
+    let queues = queues.min(T.len());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let body = vec![7u8; 1024];
+    let run = |dbs: Vec<Arc<Database>>, label: &str| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let threads: Vec<_> = (0..queues)
+            .map(|q| {
+                let db = dbs[q % dbs.len()].clone();
+                let (stop, commits, body) = (stop.clone(), commits.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let def: TableDefinition<u64, &[u8]> = TableDefinition::new(T[q]);
+                    let mut key = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let txn = db.begin_write().expect("begin");
+                        {
+                            let mut t = txn.open_table(def).expect("table");
+                            for _ in 0..10 {
+                                t.insert(key, body.as_slice()).expect("insert");
+                                key += 1;
+                            }
+                        }
+                        txn.commit().expect("commit");
+                        commits.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(seconds));
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let c = commits.load(Ordering::Relaxed) as f64;
+        println!(
+            "| {label} | {queues} | {:.0} | {:.0} |",
+            c / secs,
+            c * 10.0 / secs
+        );
+    };
+    println!("| layout | queues | commits/s | msg/s |");
+    println!("|---|---:|---:|---:|");
+    let open = |name: &str| {
+        Arc::new(
+            Database::builder()
+                .set_cache_size(32 << 20)
+                .create(dir.path().join(name))
+                .expect("db"),
+        )
+    };
+    run(
+        (0..queues).map(|q| open(&format!("own-{q}.redb"))).collect(),
+        "one file per queue",
+    );
+    run(vec![open("shared.redb")], "one shared file");
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let opts = Opts::parse();
+    if opts.scenarios.iter().any(|s| s == "store-layout") {
+        store_layout(8, opts.duration.min(5));
+        return;
+    }
     let mut server = None;
     let (root, token) = match &opts.url {
-        Some(u) => (u.trim_end_matches('/').to_owned(), opts.token.clone().expect("--token is needed with --url")),
+        Some(u) => (
+            u.trim_end_matches('/').to_owned(),
+            opts.token.clone().expect("--token is needed with --url"),
+        ),
         None => {
             let (child, root, token, tmp) = start_server(&opts);
             server = Some((child, tmp));
@@ -296,24 +403,56 @@ async fn main() {
     for scenario in &opts.scenarios {
         match scenario.as_str() {
             "batch" => {
-                let q = target.create_queue(&format!("batch-{run}"), false).await.expect("queue");
-                rows.push(run_producers(target.clone(), q, opts.batch_producers, opts.batch_size, opts.message_bytes, duration).await);
+                let q = target
+                    .create_queue(&format!("batch-{run}"), false)
+                    .await
+                    .expect("queue");
+                rows.push(
+                    run_producers(
+                        target.clone(),
+                        q,
+                        opts.batch_producers,
+                        opts.batch_size,
+                        opts.message_bytes,
+                        duration,
+                    )
+                    .await,
+                );
             }
             "single" => {
-                let q = target.create_queue(&format!("single-{run}"), false).await.expect("queue");
-                rows.push(run_producers(target.clone(), q, opts.single_producers, 1, opts.message_bytes, duration).await);
+                let q = target
+                    .create_queue(&format!("single-{run}"), false)
+                    .await
+                    .expect("queue");
+                rows.push(
+                    run_producers(
+                        target.clone(),
+                        q,
+                        opts.single_producers,
+                        1,
+                        opts.message_bytes,
+                        duration,
+                    )
+                    .await,
+                );
             }
             "pullack" => {
-                let q = target.create_queue(&format!("pullack-{run}"), true).await.expect("queue");
+                let q = target
+                    .create_queue(&format!("pullack-{run}"), true)
+                    .await
+                    .expect("queue");
                 eprintln!("prefilling {} messages...", opts.prefill);
-                let body = json!({"messages": (0..100).map(|_| message(opts.message_bytes)).collect::<Vec<_>>()});
+                let body =
+                    json!({"messages": (0..100).map(|_| message(opts.message_bytes)).collect::<Vec<_>>()});
                 let per_task = opts.prefill.div_ceil(100).div_ceil(8);
                 let mut fills = Vec::new();
                 for _ in 0..8 {
                     let (t, q, body) = (target.clone(), q.clone(), body.clone());
                     fills.push(tokio::spawn(async move {
                         for _ in 0..per_task {
-                            t.call(&format!("/queues/{q}/messages/batch"), &body).await.expect("prefill");
+                            t.call(&format!("/queues/{q}/messages/batch"), &body)
+                                .await
+                                .expect("prefill");
                         }
                     }));
                 }
@@ -339,7 +478,10 @@ async fn main() {
         );
     }
     if let Some((mut child, _tmp)) = server {
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         let _ = child.wait();
     }
 }

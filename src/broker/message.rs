@@ -31,8 +31,16 @@ pub fn parse_delay(v: Option<&Value>) -> Result<Option<u64>, BrokerError> {
         Some(v) => {
             let n = v
                 .as_u64()
-                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
-                .ok_or_else(|| BrokerError::InvalidDelay(format!("delay_seconds must be a whole number of seconds, got {v}")))?;
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .map(|f| f as u64)
+                })
+                .ok_or_else(|| {
+                    BrokerError::InvalidDelay(format!(
+                        "delay_seconds must be a whole number of seconds, got {v}"
+                    ))
+                })?;
             if n > MAX_DELAY_SECONDS {
                 return Err(BrokerError::InvalidDelay(format!(
                     "delay_seconds must be between 0 and {MAX_DELAY_SECONDS}, got {n}"
@@ -80,16 +88,18 @@ pub fn parse_message(v: &Value, position: Option<usize>) -> Result<NewMessage, B
             .map_err(|e| BrokerError::InvalidMessage(format!("body is not serializable JSON: {e}{at}")))?,
         ContentType::Text => body
             .as_str()
-            .ok_or_else(|| BrokerError::InvalidMessage(format!("a text message's body must be a string{at}")))?
+            .ok_or_else(|| {
+                BrokerError::InvalidMessage(format!("a text message's body must be a string{at}"))
+            })?
             .as_bytes()
             .to_vec(),
         ContentType::Bytes => {
             let s = body.as_str().ok_or_else(|| {
                 BrokerError::InvalidMessage(format!("a bytes message's body must be a base64 string{at}"))
             })?;
-            STANDARD
-                .decode(s)
-                .map_err(|e| BrokerError::InvalidMessage(format!("a bytes message's body must be base64: {e}{at}")))?
+            STANDARD.decode(s).map_err(|e| {
+                BrokerError::InvalidMessage(format!("a bytes message's body must be base64: {e}{at}"))
+            })?
         }
     };
     if body.len() > MAX_MESSAGE_BYTES {
@@ -111,10 +121,11 @@ pub fn parse_batch(v: &Value) -> Result<Vec<NewMessage>, BrokerError> {
     let obj = v
         .as_object()
         .ok_or_else(|| BrokerError::InvalidRequest("the request body must be a JSON object".into()))?;
-    let list = obj
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or_else(|| BrokerError::InvalidRequest("messages is required: an array of {body, content_type?, delay_seconds?}".into()))?;
+    let list = obj.get("messages").and_then(Value::as_array).ok_or_else(|| {
+        BrokerError::InvalidRequest(
+            "messages is required: an array of {body, content_type?, delay_seconds?}".into(),
+        )
+    })?;
     if list.len() > MAX_BATCH_MESSAGES {
         return Err(BrokerError::TooManyMessages {
             count: list.len(),
@@ -122,7 +133,9 @@ pub fn parse_batch(v: &Value) -> Result<Vec<NewMessage>, BrokerError> {
         });
     }
     if list.is_empty() {
-        return Err(BrokerError::InvalidRequest("messages must hold at least one message".into()));
+        return Err(BrokerError::InvalidRequest(
+            "messages must hold at least one message".into(),
+        ));
     }
     let batch_delay = parse_delay(obj.get("delay_seconds"))?;
     let mut out = Vec::with_capacity(list.len());
@@ -218,12 +231,24 @@ mod tests {
             Err(BrokerError::BatchTooLarge { .. })
         ));
         let many: Vec<Value> = (0..101).map(|i| json!({"body": i})).collect();
-        assert!(matches!(parse_batch(&json!({"messages": many})), Err(BrokerError::TooManyMessages { .. })));
-        let b = parse_batch(&json!({"delay_seconds": 5, "messages": [{"body": 1}, {"body": 2, "delay_seconds": 0}]})).unwrap();
+        assert!(matches!(
+            parse_batch(&json!({"messages": many})),
+            Err(BrokerError::TooManyMessages { .. })
+        ));
+        let b = parse_batch(
+            &json!({"delay_seconds": 5, "messages": [{"body": 1}, {"body": 2, "delay_seconds": 0}]}),
+        )
+        .unwrap();
         assert_eq!(b[0].delay_seconds, Some(5));
         assert_eq!(b[1].delay_seconds, Some(0));
-        assert!(matches!(parse_delay(Some(&json!(86401))), Err(BrokerError::InvalidDelay(_))));
-        assert!(matches!(parse_delay(Some(&json!(-1))), Err(BrokerError::InvalidDelay(_))));
+        assert!(matches!(
+            parse_delay(Some(&json!(86401))),
+            Err(BrokerError::InvalidDelay(_))
+        ));
+        assert!(matches!(
+            parse_delay(Some(&json!(-1))),
+            Err(BrokerError::InvalidDelay(_))
+        ));
         assert!(parse_message(&json!({"body": 1, "content_type": "v8"}), None).is_err());
     }
 }

@@ -91,7 +91,11 @@ fn uint_field(
         Some(v) => {
             let n = v
                 .as_u64()
-                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .map(|f| f as u64)
+                })
                 .ok_or_else(|| err(format!("{key} must be a whole number, got {v}")))?;
             if !range.contains(&n) {
                 return Err(err(format!(
@@ -105,8 +109,13 @@ fn uint_field(
     }
 }
 
-fn as_object<'a>(v: &'a Value, what: &str, err: fn(String) -> BrokerError) -> Result<&'a Map<String, Value>, BrokerError> {
-    v.as_object().ok_or_else(|| err(format!("{what} must be a JSON object")))
+fn as_object<'a>(
+    v: &'a Value,
+    what: &str,
+    err: fn(String) -> BrokerError,
+) -> Result<&'a Map<String, Value>, BrokerError> {
+    v.as_object()
+        .ok_or_else(|| err(format!("{what} must be a JSON object")))
 }
 
 impl QueueSettings {
@@ -277,7 +286,11 @@ impl ConsumerSpec {
         let kind = match obj.get("type").and_then(Value::as_str) {
             Some("worker") => ConsumerType::Worker,
             Some("http_pull") => ConsumerType::HttpPull,
-            Some(other) => return Err(err(format!("type must be \"worker\" or \"http_pull\", got {other:?}"))),
+            Some(other) => {
+                return Err(err(format!(
+                    "type must be \"worker\" or \"http_pull\", got {other:?}"
+                )))
+            }
             None => match existing {
                 Some(c) => c.kind,
                 None => return Err(err("type is required: \"worker\" or \"http_pull\"".into())),
@@ -291,7 +304,9 @@ impl ConsumerSpec {
             .map(str::to_owned)
             .or_else(|| existing.and_then(|c| c.script_name.clone()));
         if kind == ConsumerType::Worker && script_name.is_none() {
-            return Err(err("a worker consumer needs script_name: the function to deliver to".into()));
+            return Err(err(
+                "a worker consumer needs script_name: the function to deliver to".into(),
+            ));
         }
         let dead_letter_queue = match obj.get("dead_letter_queue") {
             Some(Value::String(s)) if s.is_empty() => None,
@@ -307,7 +322,11 @@ impl ConsumerSpec {
         };
         Ok(ConsumerSpec {
             kind,
-            script_name: if kind == ConsumerType::Worker { script_name } else { None },
+            script_name: if kind == ConsumerType::Worker {
+                script_name
+            } else {
+                None
+            },
             dead_letter_queue,
             settings_patch: obj.get("settings").cloned().unwrap_or(Value::Null),
         })
@@ -414,8 +433,13 @@ mod tests {
         assert!(s.patched(&json!({"delivery_delay": 86401})).is_err());
         assert!(s.patched(&json!({"message_retention_period": 59})).is_err());
         assert!(s.patched(&json!({"delivery_paused": "yes"})).is_err());
-        let p = s.patched(&json!({"delivery_delay": 5, "delivery_paused": true})).unwrap();
-        assert_eq!((p.delivery_delay, p.delivery_paused, p.message_retention_period), (5, true, 345_600));
+        let p = s
+            .patched(&json!({"delivery_delay": 5, "delivery_paused": true}))
+            .unwrap();
+        assert_eq!(
+            (p.delivery_delay, p.delivery_paused, p.message_retention_period),
+            (5, true, 345_600)
+        );
         let c = ConsumerSettings::defaults(ConsumerType::HttpPull);
         assert!(c.patched(&json!({"batch_size": 0})).is_err());
         assert!(c.patched(&json!({"batch_size": 101})).is_err());

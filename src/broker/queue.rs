@@ -40,7 +40,10 @@ const DEFAULT_MAX_DELIVERIES: u32 = 4;
 
 type Reply<T> = oneshot::Sender<Result<T, BrokerError>>;
 
-fn reply_future<T: Send + 'static>(rx: oneshot::Receiver<Result<T, BrokerError>>, queue: String) -> ResponseFuture<Result<T, BrokerError>> {
+fn reply_future<T: Send + 'static>(
+    rx: oneshot::Receiver<Result<T, BrokerError>>,
+    queue: String,
+) -> ResponseFuture<Result<T, BrokerError>> {
     Box::pin(async move { rx.await.unwrap_or(Err(BrokerError::ActorUnavailable(queue))) })
 }
 
@@ -210,13 +213,34 @@ struct Counters {
 
 /// What to do when a commit returns.
 enum Completion {
-    Sent { tx: Reply<BacklogMetrics>, count: u64 },
-    DeadLetteredIn { tx: Reply<()>, count: u64 },
-    Pulled { tx: Reply<PullResult>, leased: Vec<(u64, MessageRecord)>, first_read: usize },
-    Acked { tx: Reply<AckResult>, result: AckResult },
-    Purged { tx: Reply<()> },
-    RefsPurged { tx: Reply<RefPurgeResult>, result: RefPurgeResult },
-    ToDeadLetter { seqs: Vec<u64>, first_read: usize },
+    Sent {
+        tx: Reply<BacklogMetrics>,
+        count: u64,
+    },
+    DeadLetteredIn {
+        tx: Reply<()>,
+        count: u64,
+    },
+    Pulled {
+        tx: Reply<PullResult>,
+        leased: Vec<(u64, MessageRecord)>,
+        first_read: usize,
+    },
+    Acked {
+        tx: Reply<AckResult>,
+        result: AckResult,
+    },
+    Purged {
+        tx: Reply<()>,
+    },
+    RefsPurged {
+        tx: Reply<RefPurgeResult>,
+        result: RefPurgeResult,
+    },
+    ToDeadLetter {
+        seqs: Vec<u64>,
+        first_read: usize,
+    },
     Internal,
 }
 
@@ -375,7 +399,10 @@ impl QueueActor {
                 let mut attempt = 0;
                 loop {
                     match QueueStore::open(&path) {
-                        Err(StoreError::Open { source: redb::DatabaseError::DatabaseAlreadyOpen, .. }) if attempt < 50 => {
+                        Err(StoreError::Open {
+                            source: redb::DatabaseError::DatabaseAlreadyOpen,
+                            ..
+                        }) if attempt < 50 => {
                             attempt += 1;
                             std::thread::sleep(Duration::from_millis(20));
                         }
@@ -442,7 +469,12 @@ impl QueueActor {
         }));
     }
 
-    fn on_commit(&mut self, result: Result<CommitOutcome, StoreError>, completions: Vec<Completion>, ctx: &mut Context<Self>) {
+    fn on_commit(
+        &mut self,
+        result: Result<CommitOutcome, StoreError>,
+        completions: Vec<Completion>,
+        ctx: &mut Context<Self>,
+    ) {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -473,7 +505,11 @@ impl QueueActor {
                     self.counters.sent += count;
                     let _ = tx.send(Ok(()));
                 }
-                Completion::Pulled { tx, leased, first_read } => {
+                Completion::Pulled {
+                    tx,
+                    leased,
+                    first_read,
+                } => {
                     let mut messages = Vec::with_capacity(leased.len());
                     for (i, (seq, record)) in leased.into_iter().enumerate() {
                         // None: deleted later in the same commit (a purge).
@@ -527,7 +563,9 @@ impl QueueActor {
     fn fail(&self, completion: Completion, err: BrokerError) {
         let queue = self.config.name.clone();
         let copy = |e: &BrokerError| match e {
-            BrokerError::StorageFailure { message, disk_full, .. } => BrokerError::StorageFailure {
+            BrokerError::StorageFailure {
+                message, disk_full, ..
+            } => BrokerError::StorageFailure {
                 queue: queue.clone(),
                 message: message.clone(),
                 disk_full: *disk_full,
@@ -610,7 +648,12 @@ impl QueueActor {
 
     /// Leases messages for one puller and queues the commit that confirms
     /// the lease. Gives the reply channel back when nothing could be leased.
-    fn lease_for(&mut self, tx: Reply<PullResult>, limit: usize, visibility_ms: u64) -> Option<Reply<PullResult>> {
+    fn lease_for(
+        &mut self,
+        tx: Reply<PullResult>,
+        limit: usize,
+        visibility_ms: u64,
+    ) -> Option<Reply<PullResult>> {
         let now = now_ms();
         let (leased, exhausted) = self.state.lease(now, limit, visibility_ms, self.max_deliveries());
         self.route_exhausted(exhausted);
@@ -619,10 +662,17 @@ impl QueueActor {
         }
         let first_read = self.batch.reads;
         for (seq, record) in &leased {
-            self.batch.ops.push(StoreOp::Update { seq: *seq, record: *record });
+            self.batch.ops.push(StoreOp::Update {
+                seq: *seq,
+                record: *record,
+            });
             self.batch.read(*seq);
         }
-        self.batch.completions.push(Completion::Pulled { tx, leased, first_read });
+        self.batch.completions.push(Completion::Pulled {
+            tx,
+            leased,
+            first_read,
+        });
         None
     }
 
@@ -673,7 +723,9 @@ impl QueueActor {
             for &seq in &seqs {
                 self.batch.read(seq);
             }
-            self.batch.completions.push(Completion::ToDeadLetter { seqs, first_read });
+            self.batch
+                .completions
+                .push(Completion::ToDeadLetter { seqs, first_read });
         } else {
             for seq in seqs {
                 if self.state.finish_transit(seq).is_some() {
@@ -685,11 +737,20 @@ impl QueueActor {
         }
     }
 
-    fn send_to_dead_letter_queue(&mut self, moving: Vec<(u64, MessageRecord, Vec<u8>)>, ctx: &mut Context<Self>) {
+    fn send_to_dead_letter_queue(
+        &mut self,
+        moving: Vec<(u64, MessageRecord, Vec<u8>)>,
+        ctx: &mut Context<Self>,
+    ) {
         if moving.is_empty() {
             return;
         }
-        let Some(dlq) = self.config.consumer.as_ref().and_then(|c| c.dead_letter_queue.clone()) else {
+        let Some(dlq) = self
+            .config
+            .consumer
+            .as_ref()
+            .and_then(|c| c.dead_letter_queue.clone())
+        else {
             // The consumer lost its dead-letter queue meanwhile: drop.
             let seqs: Vec<u64> = moving.iter().map(|(s, _, _)| *s).collect();
             self.route_exhausted(seqs);
@@ -703,7 +764,10 @@ impl QueueActor {
         let dlq_name = dlq.clone();
         let transfer = async move {
             let handle = registry
-                .send(ResolveDeadLetterQueue { account, name: dlq_name })
+                .send(ResolveDeadLetterQueue {
+                    account,
+                    name: dlq_name,
+                })
                 .await
                 .map_err(|_| BrokerError::ActorUnavailable("registry".into()))??;
             handle
@@ -830,7 +894,11 @@ impl Handler<SendMessages> for QueueActor {
                 leased: false,
             };
             let seq = self.state.insert(record, now);
-            self.batch.ops.push(StoreOp::Insert { seq, record, body: m.body });
+            self.batch.ops.push(StoreOp::Insert {
+                seq,
+                record,
+                body: m.body,
+            });
         }
         self.batch.completions.push(Completion::Sent { tx, count });
         self.serve_waiters(ctx);
@@ -862,7 +930,9 @@ impl Handler<AcceptDeadLettered> for QueueActor {
             let seq = self.state.insert(record, now);
             self.batch.ops.push(StoreOp::Insert { seq, record, body });
         }
-        self.batch.completions.push(Completion::DeadLetteredIn { tx, count });
+        self.batch
+            .completions
+            .push(Completion::DeadLetteredIn { tx, count });
         self.serve_waiters(ctx);
         self.flush(ctx);
         self.schedule_wakeup(ctx);
@@ -892,13 +962,17 @@ impl Handler<Pull> for QueueActor {
             return reply_future(rx, self.config.name.clone());
         }
         let limit = msg.batch_size.unwrap_or(consumer.settings.batch_size) as usize;
-        let visibility = msg.visibility_timeout_ms.unwrap_or(consumer.settings.visibility_timeout_ms);
+        let visibility = msg
+            .visibility_timeout_ms
+            .unwrap_or(consumer.settings.visibility_timeout_ms);
         self.tick(ctx);
         if let Some(tx) = self.lease_for(tx, limit, visibility) {
             if msg.wait_ms > 0 && self.waiters.len() < MAX_WAITERS {
                 let id = self.next_waiter;
                 self.next_waiter += 1;
-                let timeout = ctx.run_later(Duration::from_millis(msg.wait_ms), move |act, _| act.expire_waiter(id));
+                let timeout = ctx.run_later(Duration::from_millis(msg.wait_ms), move |act, _| {
+                    act.expire_waiter(id)
+                });
                 self.waiters.push_back(Waiter {
                     id,
                     tx,
@@ -929,7 +1003,12 @@ impl Handler<Ack> for QueueActor {
         self.tick(ctx);
         let now = now_ms();
         let max = self.max_deliveries();
-        let default_retry_delay = self.config.consumer.as_ref().map(|c| c.settings.retry_delay).unwrap_or(0);
+        let default_retry_delay = self
+            .config
+            .consumer
+            .as_ref()
+            .map(|c| c.settings.retry_delay)
+            .unwrap_or(0);
         let queue_id = self.config.queue_id.clone();
         let mut result = AckResult::default();
         let mut exhausted = Vec::new();
@@ -937,7 +1016,9 @@ impl Handler<Ack> for QueueActor {
         for lease_id in msg.acks {
             match self.signer.parse_lease(&queue_id, &lease_id) {
                 None => {
-                    result.warnings.insert(lease_id, "malformed or forged lease id; ignored".into());
+                    result
+                        .warnings
+                        .insert(lease_id, "malformed or forged lease id; ignored".into());
                 }
                 Some((seq, _attempt)) => match self.state.ack(seq) {
                     Some(_) => {
@@ -945,14 +1026,18 @@ impl Handler<Ack> for QueueActor {
                         self.batch.ops.push(StoreOp::Delete { seq });
                     }
                     None => {
-                        result.warnings.insert(lease_id, super::state::LeaseProblem::Gone.describe().into());
+                        result
+                            .warnings
+                            .insert(lease_id, super::state::LeaseProblem::Gone.describe().into());
                     }
                 },
             }
         }
         for (lease_id, delay) in msg.retries {
             let Some((seq, attempt)) = self.signer.parse_lease(&queue_id, &lease_id) else {
-                result.warnings.insert(lease_id, "malformed or forged lease id; ignored".into());
+                result
+                    .warnings
+                    .insert(lease_id, "malformed or forged lease id; ignored".into());
                 continue;
             };
             let delay_ms = delay.unwrap_or(default_retry_delay) * 1000;
@@ -972,7 +1057,9 @@ impl Handler<Ack> for QueueActor {
         }
         for (lease_id, visibility_ms) in msg.extensions {
             let Some((seq, attempt)) = self.signer.parse_lease(&queue_id, &lease_id) else {
-                result.warnings.insert(lease_id, "malformed or forged lease id; ignored".into());
+                result
+                    .warnings
+                    .insert(lease_id, "malformed or forged lease id; ignored".into());
                 continue;
             };
             match self.state.extend(seq, attempt, now, visibility_ms) {
@@ -1053,12 +1140,16 @@ impl Handler<PurgeRefs> for QueueActor {
         for r in msg.refs {
             match self.signer.parse_ref(&self.config.queue_id, &r) {
                 None => {
-                    result.warnings.insert(r, "malformed or forged message ref; ignored".into());
+                    result
+                        .warnings
+                        .insert(r, "malformed or forged message ref; ignored".into());
                 }
                 Some(seq) => match self.state.ack(seq) {
                     Some(_) => self.batch.ops.push(StoreOp::Delete { seq }),
                     None => {
-                        result.warnings.insert(r, "message not found: already deleted".into());
+                        result
+                            .warnings
+                            .insert(r, "message not found: already deleted".into());
                     }
                 },
             }
@@ -1146,7 +1237,8 @@ impl Handler<Stop> for QueueActor {
 
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
         for w in std::mem::take(&mut self.waiters) {
-            let _ = w.tx.send(Err(BrokerError::QueueNotFound(self.config.queue_id.clone())));
+            let _ =
+                w.tx.send(Err(BrokerError::QueueNotFound(self.config.queue_id.clone())));
         }
         ctx.stop();
     }
@@ -1168,4 +1260,3 @@ impl Handler<Drain> for QueueActor {
         })
     }
 }
-

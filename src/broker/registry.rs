@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::lease::LeaseSigner;
 use super::model::{
-    iso_now, new_id, valid_queue_name, ConsumerRecord, ConsumerSettings, ConsumerSpec, ConsumerType,
-    FunctionRecord, QueueRecord, QueueSettings, TokenRecord,
+    iso_now, new_id, valid_queue_name, ConsumerRecord, ConsumerSettings, ConsumerSpec, FunctionRecord,
+    QueueRecord, QueueSettings, TokenRecord,
 };
 use super::queue::{Configure, Drain, QueueActor, QueueConfig, QueueHandle, Stop};
 use super::BrokerError;
@@ -133,7 +133,10 @@ pub struct Registry {
 impl Registry {
     /// Opens the catalog, starts an actor for every queue it lists and
     /// returns the handle the front uses.
-    pub fn start(data_dir: PathBuf, queue_arbiters: Vec<ArbiterHandle>) -> Result<RegistryHandle, StoreError> {
+    pub fn start(
+        data_dir: PathBuf,
+        queue_arbiters: Vec<ArbiterHandle>,
+    ) -> Result<RegistryHandle, StoreError> {
         let catalog = Catalog::open(&data_dir)?;
         let signer = Arc::new(LeaseSigner::new(catalog.secret("lease_key")?));
         let queues: Vec<QueueRecord> = catalog.load_all(CatalogTable::Queues)?;
@@ -200,9 +203,10 @@ impl Registry {
             arbiter,
         );
         let mut index = self.write_index();
-        index
-            .names
-            .insert((record.account.clone(), record.queue_name.clone()), record.queue_id.clone());
+        index.names.insert(
+            (record.account.clone(), record.queue_name.clone()),
+            record.queue_id.clone(),
+        );
         index.queues.insert(
             record.queue_id.clone(),
             QueueEntry {
@@ -223,9 +227,10 @@ impl Registry {
         entry.handle.addr.do_send(Configure(Self::config_of(&record)));
         if old_name != record.queue_name {
             index.names.remove(&(record.account.clone(), old_name));
-            index
-                .names
-                .insert((record.account.clone(), record.queue_name.clone()), record.queue_id.clone());
+            index.names.insert(
+                (record.account.clone(), record.queue_name.clone()),
+                record.queue_id.clone(),
+            );
         }
     }
 
@@ -244,7 +249,11 @@ impl Registry {
 
     /// Checks a consumer spec against the index; returns the dead-letter
     /// queue record to create, if it is missing.
-    fn check_consumer(&self, queue: &QueueRecord, spec: &ConsumerSpec) -> Result<Option<QueueRecord>, BrokerError> {
+    fn check_consumer(
+        &self,
+        queue: &QueueRecord,
+        spec: &ConsumerSpec,
+    ) -> Result<Option<QueueRecord>, BrokerError> {
         let index = self.read_index();
         if let Some(script) = &spec.script_name {
             if !index
@@ -510,12 +519,7 @@ impl Handler<UpdateConsumer> for Registry {
             Err(e) => return refuse(e),
         };
         // PUT replaces the settings: what is not given returns to default.
-        let base = if spec.kind == existing.kind {
-            ConsumerSettings::defaults(spec.kind)
-        } else {
-            ConsumerSettings::defaults(spec.kind)
-        };
-        let settings = match base.patched(&spec.settings_patch) {
+        let settings = match ConsumerSettings::defaults(spec.kind).patched(&spec.settings_patch) {
             Ok(s) => s,
             Err(e) => return refuse(e),
         };
@@ -660,9 +664,4 @@ impl Handler<PutToken> for Registry {
             Ok(())
         })
     }
-}
-
-#[allow(dead_code)]
-fn _assert_consumer_type_used(c: ConsumerType) -> &'static str {
-    c.as_str()
 }

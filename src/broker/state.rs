@@ -95,7 +95,7 @@ impl QueueState {
     }
 
     /// Moves a message out of ready/pending into transit (dead-lettering).
-    fn to_transit(&mut self, seq: u64) {
+    fn move_to_transit(&mut self, seq: u64) {
         if let Some(record) = self.messages.get_mut(&seq) {
             let key = (record.visible_at_ms, seq);
             if !self.ready.remove(&key) {
@@ -225,7 +225,13 @@ impl QueueState {
     }
 
     /// Moves a live lease's deadline to `now + visibility_ms`.
-    pub fn extend(&mut self, seq: u64, attempt: u32, now: u64, visibility_ms: u64) -> Result<MessageRecord, LeaseProblem> {
+    pub fn extend(
+        &mut self,
+        seq: u64,
+        attempt: u32,
+        now: u64,
+        visibility_ms: u64,
+    ) -> Result<MessageRecord, LeaseProblem> {
         let old = self.live_lease(seq, attempt, now)?;
         self.pending.remove(&(old.visible_at_ms, seq));
         let record = self.messages.get_mut(&seq).ok_or(LeaseProblem::Gone)?;
@@ -276,7 +282,7 @@ impl QueueState {
     /// Marks messages as leaving for the dead-letter queue (see `lease`).
     pub fn begin_transit(&mut self, seqs: &[u64]) {
         for &seq in seqs {
-            self.to_transit(seq);
+            self.move_to_transit(seq);
         }
     }
 
@@ -353,7 +359,10 @@ impl QueueState {
         let mut seen = HashSet::new();
         for (at, seq) in &self.ready {
             let r = &self.messages[seq];
-            assert!(!r.leased && r.visible_at_ms == *at, "ready entry {seq} is consistent");
+            assert!(
+                !r.leased && r.visible_at_ms == *at,
+                "ready entry {seq} is consistent"
+            );
             assert!(seen.insert(*seq), "{seq} indexed twice");
         }
         for (at, seq) in &self.pending {
@@ -367,7 +376,10 @@ impl QueueState {
         assert_eq!(seen.len(), self.messages.len(), "every message indexed once");
         assert_eq!(self.by_age.len(), self.messages.len());
         assert_eq!(self.leased, self.messages.values().filter(|r| r.leased).count());
-        assert_eq!(self.bytes, self.messages.values().map(|r| u64::from(r.size)).sum::<u64>());
+        assert_eq!(
+            self.bytes,
+            self.messages.values().map(|r| u64::from(r.size)).sum::<u64>()
+        );
         assert!(self.messages.keys().all(|s| *s < self.next_seq));
     }
 }

@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::ServeConfig;
 
 #[derive(Parser, Debug)]
-#[command(name = "hopper", version, about = "A durable message-queue server that speaks the Cloudflare Queues API")]
+#[command(
+    name = "hopper",
+    version,
+    about = "A durable message-queue server that speaks the Cloudflare Queues API"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -30,9 +34,6 @@ pub struct ServeArgs {
     /// Directory holding every store file.
     #[arg(long, env = "HOPPER_DATA_DIR", default_value = "./hopper-data")]
     pub data_dir: PathBuf,
-    /// TOML file declaring queues, consumers, functions and tokens.
-    #[arg(long, env = "HOPPER_CONFIG")]
-    pub config: Option<PathBuf>,
     /// HTTP worker threads (0: one per core).
     #[arg(long, env = "HOPPER_HTTP_WORKERS", default_value_t = 0)]
     pub http_workers: usize,
@@ -49,7 +50,6 @@ impl ServeArgs {
         ServeConfig {
             listen: self.listen,
             data_dir: self.data_dir,
-            config_file: self.config,
             root_token: std::env::var("HOPPER_ROOT_TOKEN").ok().filter(|t| !t.is_empty()),
             http_workers: self.http_workers,
             queue_threads: self.queue_threads,

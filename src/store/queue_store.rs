@@ -222,8 +222,16 @@ mod tests {
             let out = store
                 .commit(
                     vec![
-                        StoreOp::Insert { seq: 0, record: record(10), body: b"a".to_vec() },
-                        StoreOp::Insert { seq: 1, record: record(11), body: b"b".to_vec() },
+                        StoreOp::Insert {
+                            seq: 0,
+                            record: record(10),
+                            body: b"a".to_vec(),
+                        },
+                        StoreOp::Insert {
+                            seq: 1,
+                            record: record(11),
+                            body: b"b".to_vec(),
+                        },
                         StoreOp::Read { seq: 1 },
                         StoreOp::Delete { seq: 0 },
                         StoreOp::Read { seq: 0 },

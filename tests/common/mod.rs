@@ -69,10 +69,17 @@ impl Server {
             .arg("--data-dir")
             .arg(&self.dir)
             .env("HOPPER_ROOT_TOKEN", &self.token)
-            .env("RUST_LOG", std::env::var("HOPPER_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("HOPPER_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(if std::env::var("HOPPER_TEST_LOG").is_ok() { Stdio::inherit() } else { Stdio::null() });
+            .stderr(if std::env::var("HOPPER_TEST_LOG").is_ok() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
         for (k, v) in &self.extra_env {
             cmd.env(k, v);
         }
@@ -119,7 +126,13 @@ impl Server {
 
     /// Sends a request with the root token; returns status and JSON body.
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        self.call_as(&self.token.clone(), method, &format!("{}{path}", self.base()), body).await
+        self.call_as(
+            &self.token.clone(),
+            method,
+            &format!("{}{path}", self.base()),
+            body,
+        )
+        .await
     }
 
     pub async fn call_as(&self, token: &str, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
@@ -131,7 +144,8 @@ impl Server {
         let resp = req.send().await.expect("request sent");
         let status = resp.status().as_u16();
         let text = resp.text().await.expect("body");
-        let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON response {status}: {text}"));
+        let value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON response {status}: {text}"));
         (status, value)
     }
 
@@ -145,7 +159,9 @@ impl Server {
 
     /// Creates a queue and returns its id.
     pub async fn create_queue(&self, name: &str, settings: Value) -> String {
-        let (status, v) = self.post("/queues", json!({"queue_name": name, "settings": settings})).await;
+        let (status, v) = self
+            .post("/queues", json!({"queue_name": name, "settings": settings}))
+            .await;
         assert_eq!(status, 200, "create queue: {v}");
         v["result"]["queue_id"].as_str().expect("queue_id").to_owned()
     }
@@ -158,7 +174,10 @@ impl Server {
         }
         let (status, v) = self.post(&format!("/queues/{queue_id}/consumers"), body).await;
         assert_eq!(status, 200, "add consumer: {v}");
-        v["result"]["consumer_id"].as_str().expect("consumer_id").to_owned()
+        v["result"]["consumer_id"]
+            .as_str()
+            .expect("consumer_id")
+            .to_owned()
     }
 
     pub async fn send(&self, queue_id: &str, body: Value) -> (u16, Value) {
@@ -166,7 +185,9 @@ impl Server {
     }
 
     pub async fn pull(&self, queue_id: &str, body: Value) -> Value {
-        let (status, v) = self.post(&format!("/queues/{queue_id}/messages/pull"), body).await;
+        let (status, v) = self
+            .post(&format!("/queues/{queue_id}/messages/pull"), body)
+            .await;
         assert_eq!(status, 200, "pull: {v}");
         v["result"].clone()
     }
