@@ -3,6 +3,11 @@ use tracing_subscriber::EnvFilter;
 
 use hopper::cli::{Cli, Command};
 
+// The request path allocates many small, short-lived buffers; mimalloc is
+// markedly cheaper than glibc malloc for that pattern (see ARCHITECTURE.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()

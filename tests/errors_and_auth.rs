@@ -202,6 +202,38 @@ async fn bad_pull_and_ack_requests_are_400_10207() {
     assert_eq!(pulled["messages"][0]["attempts"], 1, "the limits themselves are accepted");
 }
 
+#[tokio::test]
+async fn unknown_fields_in_request_bodies_are_ignored() {
+    let s = Server::start().await;
+    let (status, v) = s.post("/queues", json!({"queue_name": "lenient", "wrangler_extra": 1, "settings": {"future_knob": true}})).await;
+    assert_eq!(status, 200, "{v}");
+    let q = v["result"]["queue_id"].as_str().unwrap().to_owned();
+    let (status, v) = s.post(&format!("/queues/{q}/consumers"), json!({"type": "http_pull", "script_name": null, "extra": [1]})).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s.send(&q, json!({"body": "x", "content_type": "text", "extra": {"a": 1}})).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s.post(&format!("/queues/{q}/messages/batch"), json!({"messages": [{"body": 1, "x": 2}], "y": 3})).await;
+    assert_eq!(status, 200, "{v}");
+    let pulled = s.pull(&q, json!({"batch_size": 10, "unknown": "field"})).await;
+    let msgs = pulled["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 2);
+    let acks: Vec<Value> = msgs.iter().map(|m| json!({"lease_id": m["lease_id"], "note": "hi"})).collect();
+    assert_eq!(s.ack(&q, json!({"acks": acks, "whatever": true})).await["ackCount"], 2);
+}
+
+/// Reproduction: POST /queues/{id}/messages with a single text body of
+/// 2.2 MB. SPEC: one message over 128000 bytes is 10204 (message too large);
+/// the server answers 413 with 10205 (batch too large in bytes) because the
+/// request-body cap fires first.
+#[tokio::test]
+#[ignore = "BUG: a single message whose request body exceeds the 2 MB body cap gets code 10205 (batch too large) instead of 10204"]
+async fn a_huge_single_message_is_10204() {
+    let s = Server::start().await;
+    let q = s.create_queue("huge", json!({})).await;
+    let got = s.send(&q, json!({"body": "x".repeat(2_200_000), "content_type": "text"})).await;
+    assert_error(&got, 413, 10204);
+}
+
 // ------------------------------------------------------------------ queues
 
 #[tokio::test]
@@ -484,6 +516,45 @@ async fn accounts_never_see_each_others_queues() {
     let bad = raw(&s.client, Some(&s.token), "GET", &format!("{}/client/v4/accounts/bad.account/queues", s.root()), None).await;
     assert_eq!(bad.0, 400, "{}", bad.1);
     assert_eq!(bad.1["success"], false);
+}
+
+/// Reproduction: POST /client/v4/user/tokens {name, scopes} with the root
+/// token answers 404 code 7000 ("no route"): the tokens API of SPEC 2 (create,
+/// list, revoke) is not there, so scoped and account-limited tokens (403,
+/// 10106) cannot be used at all.
+#[tokio::test]
+#[ignore = "BUG: the tokens API (POST/GET/DELETE /user/tokens) is not routed: 404 7000, so scopes and 403 cannot work"]
+async fn scoped_and_account_limited_tokens_are_403_outside_their_grant() {
+    let s = Server::start().await;
+    let q = s.create_queue("scoped", json!({})).await;
+    s.add_pull_consumer(&q, json!({}), None).await;
+    let tokens = format!("{}/client/v4/user/tokens", s.root());
+    let create = |body: Value| {
+        let (s, tokens) = (&s, tokens.clone());
+        async move {
+            let (status, v) = s.call_as(&s.token, "POST", &tokens, Some(body)).await;
+            assert_eq!(status, 200, "create token: {v}");
+            let r = &v["result"];
+            let value = r["value"].as_str().or_else(|| r["token"].as_str()).expect("the token value, once");
+            (value.to_owned(), r["id"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    let (read_only, read_id) = create(json!({"name": "reader", "scopes": ["queues_read"]})).await;
+    let (elsewhere, _) = create(json!({"name": "elsewhere", "scopes": ["queues_read", "queues_write"], "accounts": ["another"]})).await;
+    let base = s.base();
+
+    let got = s.call_as(&read_only, "GET", &format!("{base}/queues/{q}"), None).await;
+    assert_eq!(got.0, 200, "{}", got.1);
+    assert_error(&s.call_as(&read_only, "POST", &format!("{base}/queues/{q}/messages"), Some(json!({"body": 1}))).await, 403, 10106);
+    assert_error(&s.call_as(&read_only, "POST", &format!("{base}/queues/{q}/messages/pull"), Some(json!({}))).await, 403, 10106);
+    assert_error(&s.call_as(&elsewhere, "GET", &format!("{base}/queues"), None).await, 403, 10106);
+
+    let (status, list) = s.call_as(&s.token, "GET", &tokens, None).await;
+    assert_eq!(status, 200);
+    assert!(!list.to_string().contains(&read_only), "values are never listed");
+    let (status, _) = s.call_as(&s.token, "DELETE", &format!("{tokens}/{read_id}"), None).await;
+    assert_eq!(status, 200);
+    assert_error(&s.call_as(&read_only, "GET", &format!("{base}/queues"), None).await, 401, 10106);
 }
 
 // -------------------------------------------------------- root token file
