@@ -13,6 +13,8 @@ pub struct ServeConfig {
     pub http_workers: usize,
     /// Threads hosting queue actors; 0 means one per core.
     pub queue_threads: usize,
+    /// Ceiling for push consumers' automatic concurrency (batches in flight).
+    pub push_max_concurrency: usize,
     /// Seconds to let in-flight requests finish on SIGTERM/SIGINT.
     pub shutdown_timeout_secs: u64,
 }

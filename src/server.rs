@@ -87,7 +87,11 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     let queue_arbiters: Vec<_> = (0..threads(config.queue_threads))
         .map(|_| Arbiter::new().handle())
         .collect();
-    let registry = Registry::start(config.data_dir.clone(), queue_arbiters.clone())?;
+    let registry = Registry::start(
+        config.data_dir.clone(),
+        queue_arbiters.clone(),
+        config.push_max_concurrency,
+    )?;
     ensure_root_token(&registry, &config).await?;
     let state = web::Data::new(AppState {
         registry: registry.clone(),

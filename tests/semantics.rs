@@ -589,11 +589,12 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
     }
     // Three deliveries (max_retries + 1) used up: dead-lettered, not redelivered.
     assert!(pull_msgs(&s, &q, json!({"batch_size": 10})).await.is_empty());
-    eventually(Duration::from_secs(10), "messages in the dead-letter queue", || async {
-        (backlog(&s, &dlq).await == 2).then_some(())
+    // The move is asynchronous: wait until the DLQ has both and the source
+    // has let go of them.
+    eventually(Duration::from_secs(10), "messages moved to the dead-letter queue", || async {
+        (backlog(&s, &dlq).await == 2 && backlog(&s, &q).await == 0).then_some(())
     })
     .await;
-    assert_eq!(backlog(&s, &q).await, 0);
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["counters"]["dead_lettered"], 2);
     assert_eq!(inspect["counters"]["dropped"], 0);
@@ -684,7 +685,7 @@ async fn dead_letter_queue_deleted_after_consumer_creation_is_recreated() {
     let new_id = recreated["queue_id"].as_str().unwrap().to_owned();
     assert_ne!(new_id, old_id, "a new queue, not the deleted one");
     eventually(Duration::from_secs(10), "the message in the re-created DLQ", || async {
-        (backlog(&s, &new_id).await == 1).then_some(())
+        (backlog(&s, &new_id).await == 1 && backlog(&s, &q).await == 0).then_some(())
     })
     .await;
     assert_eq!(s.inspect(&q).await["counters"]["dead_lettered"], 1);

@@ -5,9 +5,11 @@ pub mod error;
 pub mod lease;
 pub mod message;
 pub mod model;
+pub mod push;
 pub mod queue;
 pub mod registry;
 pub mod state;
+pub mod verdict;
 
 pub use error::BrokerError;
 pub use queue::QueueHandle;

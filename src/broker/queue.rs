@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -26,10 +26,11 @@ use super::message::{
     PulledMessage,
 };
 use super::model::{now_ms, ConsumerRecord, ConsumerType, QueueSettings};
-use super::registry::{Registry, ResolveDeadLetterQueue};
+use super::push::{PushConsumer, PushStatus, ReadyState, StopConsumer};
+use super::registry::{RegistryHandle, ResolveDeadLetterQueue};
 use super::state::{QueueState, RetryOutcome};
 use super::BrokerError;
-use crate::store::{CommitOutcome, MessageRecord, QueueStore, StoreError, StoreOp};
+use crate::store::{CommitOutcome, ContentType, MessageRecord, QueueStore, StoreError, StoreOp};
 
 /// Long pollers one queue keeps at most; more get an empty answer at once.
 const MAX_WAITERS: usize = 10_000;
@@ -147,6 +148,35 @@ front_request!(GetMetrics, BacklogMetrics);
 pub struct Inspect;
 front_request!(Inspect, Value);
 
+/// The push consumer asks for up to `limit` messages, leased for
+/// `visibility_ms` (the function's timeout plus a grace period).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<PushedMessage>, BrokerError>")]
+pub struct LeaseForPush {
+    pub limit: usize,
+    pub visibility_ms: u64,
+}
+
+/// A message leased for push delivery, with its body.
+#[derive(Debug, Clone)]
+pub struct PushedMessage {
+    pub seq: u64,
+    pub attempt: u32,
+    pub id: String,
+    pub timestamp_ms: u64,
+    pub content_type: ContentType,
+    pub body: Vec<u8>,
+}
+
+/// The verdicts on a pushed batch: (seq, attempt) acks and
+/// (seq, attempt, delay seconds) retries.
+#[derive(Message, Default, Debug)]
+#[rtype(result = "()")]
+pub struct PushOutcome {
+    pub acks: Vec<(u64, u32)>,
+    pub retries: Vec<(u64, u32, u64)>,
+}
+
 /// New catalog settings for the queue.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -226,6 +256,11 @@ enum Completion {
         leased: Vec<(u64, MessageRecord)>,
         first_read: usize,
     },
+    PushLeased {
+        tx: Reply<Vec<PushedMessage>>,
+        leased: Vec<(u64, MessageRecord)>,
+        first_read: usize,
+    },
     Acked {
         tx: Reply<AckResult>,
         result: AckResult,
@@ -270,13 +305,23 @@ struct Waiter {
     timeout: SpawnHandle,
 }
 
+/// The running push consumer child actor.
+struct PushChild {
+    addr: Addr<PushConsumer>,
+    consumer: ConsumerRecord,
+    status: Arc<Mutex<PushStatus>>,
+    last_sent: Option<ReadyState>,
+}
+
 pub struct QueueActor {
     config: QueueConfig,
     path: PathBuf,
     store: Option<Arc<QueueStore>>,
     state: QueueState,
     signer: Arc<LeaseSigner>,
-    registry: Addr<Registry>,
+    registry: RegistryHandle,
+    push_ceiling: usize,
+    push: Option<PushChild>,
     depth: Arc<AtomicUsize>,
     batch: CommitBatch,
     committing: bool,
@@ -303,7 +348,8 @@ impl QueueActor {
         config: QueueConfig,
         path: PathBuf,
         signer: Arc<LeaseSigner>,
-        registry: Addr<Registry>,
+        registry: RegistryHandle,
+        push_ceiling: usize,
         arbiter: &ArbiterHandle,
     ) -> QueueHandle {
         let depth = Arc::new(AtomicUsize::new(0));
@@ -315,6 +361,8 @@ impl QueueActor {
             state: QueueState::default(),
             signer,
             registry,
+            push_ceiling,
+            push: None,
             depth: actor_depth,
             batch: CommitBatch::default(),
             committing: false,
@@ -421,6 +469,7 @@ impl QueueActor {
                 act.store = Some(Arc::new(store));
                 act.broken = None;
                 act.recovered_at = Some(Instant::now());
+                act.sync_push_child(ctx);
                 tracing::info!(queue = %act.config.name, queue_id = %act.config.queue_id, messages = n, "queue recovered");
                 act.tick(ctx);
             }
@@ -433,6 +482,7 @@ impl QueueActor {
 
     /// Sends the open batch to disk unless a commit is already in flight.
     fn flush(&mut self, ctx: &mut Context<Self>) {
+        self.notify_push();
         if self.committing {
             return;
         }
@@ -530,6 +580,28 @@ impl QueueActor {
                     result.messages = messages;
                     let _ = tx.send(Ok(result));
                 }
+                Completion::PushLeased {
+                    tx,
+                    leased,
+                    first_read,
+                } => {
+                    let mut messages = Vec::with_capacity(leased.len());
+                    for (i, (seq, record)) in leased.into_iter().enumerate() {
+                        let Some(body) = reads.get_mut(first_read + i).and_then(Option::take) else {
+                            continue;
+                        };
+                        messages.push(PushedMessage {
+                            seq,
+                            attempt: record.attempts,
+                            id: format_message_id(record.id),
+                            timestamp_ms: record.timestamp_ms,
+                            content_type: record.content_type,
+                            body,
+                        });
+                    }
+                    self.counters.delivered += messages.len() as u64;
+                    let _ = tx.send(Ok(messages));
+                }
                 Completion::Acked { tx, result } => {
                     self.counters.acked += result.ack_count;
                     self.counters.retried += result.retry_count;
@@ -576,6 +648,7 @@ impl QueueActor {
             Completion::Sent { tx, .. } => drop(tx.send(Err(copy(&err)))),
             Completion::DeadLetteredIn { tx, .. } => drop(tx.send(Err(copy(&err)))),
             Completion::Pulled { tx, .. } => drop(tx.send(Err(copy(&err)))),
+            Completion::PushLeased { tx, .. } => drop(tx.send(Err(copy(&err)))),
             Completion::Acked { tx, .. } => drop(tx.send(Err(copy(&err)))),
             Completion::Purged { tx } => drop(tx.send(Err(copy(&err)))),
             Completion::RefsPurged { tx, .. } => drop(tx.send(Err(copy(&err)))),
@@ -654,12 +727,23 @@ impl QueueActor {
         limit: usize,
         visibility_ms: u64,
     ) -> Option<Reply<PullResult>> {
-        let now = now_ms();
-        let (leased, exhausted) = self.state.lease(now, limit, visibility_ms, self.max_deliveries());
-        self.route_exhausted(exhausted);
+        let (leased, first_read) = self.lease_and_read(limit, visibility_ms);
         if leased.is_empty() {
             return Some(tx);
         }
+        self.batch.completions.push(Completion::Pulled {
+            tx,
+            leased,
+            first_read,
+        });
+        None
+    }
+
+    /// Leases ready messages and queues their lease updates and body reads.
+    fn lease_and_read(&mut self, limit: usize, visibility_ms: u64) -> (Vec<(u64, MessageRecord)>, usize) {
+        let now = now_ms();
+        let (leased, exhausted) = self.state.lease(now, limit, visibility_ms, self.max_deliveries());
+        self.route_exhausted(exhausted);
         let first_read = self.batch.reads;
         for (seq, record) in &leased {
             self.batch.ops.push(StoreOp::Update {
@@ -668,12 +752,60 @@ impl QueueActor {
             });
             self.batch.read(*seq);
         }
-        self.batch.completions.push(Completion::Pulled {
-            tx,
-            leased,
-            first_read,
-        });
-        None
+        (leased, first_read)
+    }
+
+    fn push_consumer(&self) -> Option<&ConsumerRecord> {
+        self.config
+            .consumer
+            .as_ref()
+            .filter(|c| c.kind == ConsumerType::Worker)
+    }
+
+    /// Starts, restarts or stops the push child to match the config.
+    fn sync_push_child(&mut self, ctx: &mut Context<Self>) {
+        let wanted = self.push_consumer().cloned();
+        if let Some(child) = &self.push {
+            if Some(&child.consumer) == wanted.as_ref() {
+                return;
+            }
+        }
+        if let Some(old) = self.push.take() {
+            old.addr.do_send(StopConsumer);
+        }
+        if let Some(consumer) = wanted {
+            let status = Arc::new(Mutex::new(PushStatus::default()));
+            let child = PushConsumer::new(
+                ctx.address(),
+                self.config.name.clone(),
+                self.config.account.clone(),
+                consumer.clone(),
+                self.registry.clone(),
+                self.push_ceiling,
+                status.clone(),
+            );
+            self.push = Some(PushChild {
+                addr: child.start(),
+                consumer,
+                status,
+                last_sent: None,
+            });
+        }
+    }
+
+    /// Tells the push child about ready messages when that changed.
+    fn notify_push(&mut self) {
+        let now_state = ReadyState {
+            ready: self.state.ready_count(),
+            oldest_visible_at: self.state.oldest_ready_visible_at(),
+            paused: self.paused(),
+        };
+        if let Some(child) = &mut self.push {
+            if child.last_sent != Some(now_state) {
+                child.last_sent = Some(now_state);
+                child.addr.do_send(now_state);
+            }
+        }
     }
 
     fn serve_waiters(&mut self, ctx: &mut Context<Self>) {
@@ -764,6 +896,7 @@ impl QueueActor {
         let dlq_name = dlq.clone();
         let transfer = async move {
             let handle = registry
+                .addr
                 .send(ResolveDeadLetterQueue {
                     account,
                     name: dlq_name,
@@ -808,9 +941,32 @@ impl QueueActor {
             .consumer
             .iter()
             .map(|c| {
+                if let (ConsumerType::Worker, Some(child)) = (c.kind, &self.push) {
+                    let status = child.status.lock().map(|s| s.clone()).unwrap_or_default();
+                    return json!({
+                        "consumer_id": c.consumer_id,
+                        "type": c.kind.as_str(),
+                        "actor": "push consumer (child of the queue actor)",
+                        "settings": c.to_api(&self.config.queue_id, &self.config.name)["settings"],
+                        "dead_letter_queue": c.dead_letter_queue.clone().unwrap_or_default(),
+                        "function": status.function,
+                        "batch": { "filling": status.filling, "batch_size": c.settings.batch_size },
+                        "batch_deadline_ms": status.batch_deadline_ms,
+                        "batches_in_flight": status.batches_in_flight,
+                        "concurrency": { "current": status.concurrency, "max": status.max_concurrency },
+                        "counters": {
+                            "delivered": status.delivered,
+                            "acked": status.acked,
+                            "retried": status.retried,
+                            "failed_batches": status.failed_batches,
+                        },
+                        "last_error": status.last_error.as_ref().map(|m| json!({"message": m, "at_ms": status.last_error_at_ms})),
+                    });
+                }
                 json!({
                     "consumer_id": c.consumer_id,
                     "type": c.kind.as_str(),
+                    "actor": "queue actor (pull consumers are served by their queue)",
                     "settings": c.to_api(&self.config.queue_id, &self.config.name)["settings"],
                     "dead_letter_queue": c.dead_letter_queue.clone().unwrap_or_default(),
                     "long_pollers": if c.kind == ConsumerType::HttpPull { self.waiters.len() } else { 0 },
@@ -1221,6 +1377,9 @@ impl Handler<Configure> for QueueActor {
 
     fn handle(&mut self, msg: Configure, ctx: &mut Context<Self>) {
         self.config = msg.0;
+        if self.store.is_some() {
+            self.sync_push_child(ctx);
+        }
         if self.pull_consumer().is_none() {
             // Nobody left to serve long pollers: answer them empty.
             for w in std::mem::take(&mut self.waiters) {
@@ -1236,6 +1395,9 @@ impl Handler<Stop> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        if let Some(child) = self.push.take() {
+            child.addr.do_send(StopConsumer);
+        }
         for w in std::mem::take(&mut self.waiters) {
             let _ =
                 w.tx.send(Err(BrokerError::QueueNotFound(self.config.queue_id.clone())));
@@ -1258,5 +1420,72 @@ impl Handler<Drain> for QueueActor {
         Box::pin(async move {
             let _ = rx.await;
         })
+    }
+}
+
+impl Handler<LeaseForPush> for QueueActor {
+    type Result = ResponseFuture<Result<Vec<PushedMessage>, BrokerError>>;
+
+    fn handle(&mut self, msg: LeaseForPush, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        if let Err(e) = self.usable() {
+            let _ = tx.send(Err(e));
+            return reply_future(rx, self.config.name.clone());
+        }
+        if self.paused() || self.push_consumer().is_none() {
+            let _ = tx.send(Ok(Vec::new()));
+            return reply_future(rx, self.config.name.clone());
+        }
+        self.tick(ctx);
+        let (leased, first_read) = self.lease_and_read(msg.limit, msg.visibility_ms);
+        if leased.is_empty() {
+            let _ = tx.send(Ok(Vec::new()));
+        } else {
+            self.batch.completions.push(Completion::PushLeased {
+                tx,
+                leased,
+                first_read,
+            });
+        }
+        self.flush(ctx);
+        self.schedule_wakeup(ctx);
+        reply_future(rx, self.config.name.clone())
+    }
+}
+
+impl Handler<PushOutcome> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: PushOutcome, ctx: &mut Context<Self>) {
+        if self.usable().is_err() {
+            // The leases expire and the messages are delivered again.
+            return;
+        }
+        let now = now_ms();
+        let max = self.max_deliveries();
+        let mut exhausted = Vec::new();
+        for (seq, _attempt) in msg.acks {
+            if self.state.ack(seq).is_some() {
+                self.counters.acked += 1;
+                self.batch.ops.push(StoreOp::Delete { seq });
+            }
+        }
+        for (seq, attempt, delay_seconds) in msg.retries {
+            match self.state.retry(seq, attempt, now, delay_seconds * 1000, max) {
+                Ok(RetryOutcome::Scheduled(record)) => {
+                    self.counters.retried += 1;
+                    self.batch.ops.push(StoreOp::Update { seq, record });
+                }
+                Ok(RetryOutcome::Exhausted) => {
+                    self.counters.retried += 1;
+                    exhausted.push(seq);
+                }
+                Err(_) => {}
+            }
+        }
+        self.route_exhausted(exhausted);
+        self.batch.completions.push(Completion::Internal);
+        self.flush(ctx);
+        self.schedule_wakeup(ctx);
     }
 }

@@ -122,6 +122,9 @@ impl RegistryHandle {
 }
 
 pub struct Registry {
+    /// This registry as the queue actors see it.
+    handle: RegistryHandle,
+    push_ceiling: usize,
     catalog: Arc<Catalog>,
     index: Arc<RwLock<Index>>,
     data_dir: PathBuf,
@@ -136,6 +139,7 @@ impl Registry {
     pub fn start(
         data_dir: PathBuf,
         queue_arbiters: Vec<ArbiterHandle>,
+        push_ceiling: usize,
     ) -> Result<RegistryHandle, StoreError> {
         let catalog = Catalog::open(&data_dir)?;
         let signer = Arc::new(LeaseSigner::new(catalog.secret("lease_key")?));
@@ -150,19 +154,24 @@ impl Registry {
             tokens: tokens.into_iter().map(|t| (t.id.clone(), t)).collect(),
             ..Default::default()
         }));
-        let registry = Registry {
-            catalog: Arc::new(catalog),
-            index: index.clone(),
-            data_dir,
-            signer,
-            arbiters: queue_arbiters,
-            next_arbiter: 0,
-        };
+        let catalog = Arc::new(catalog);
+        let shared_index = index.clone();
         let addr = Registry::create(move |ctx| {
-            let mut registry = registry;
-            let me = ctx.address();
+            let mut registry = Registry {
+                handle: RegistryHandle {
+                    addr: ctx.address(),
+                    index: shared_index.clone(),
+                },
+                push_ceiling,
+                catalog,
+                index: shared_index,
+                data_dir,
+                signer,
+                arbiters: queue_arbiters,
+                next_arbiter: 0,
+            };
             for record in queues {
-                registry.launch(record, me.clone());
+                registry.launch(record);
             }
             registry
         });
@@ -192,14 +201,16 @@ impl Registry {
     }
 
     /// Starts the actor for a queue record and indexes it.
-    fn launch(&mut self, record: QueueRecord, me: Addr<Registry>) -> QueueHandle {
+    fn launch(&mut self, record: QueueRecord) -> QueueHandle {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
+        let registry = self.handle.clone();
         let handle = QueueActor::launch(
             Self::config_of(&record),
             self.queue_path(&record.queue_id),
             self.signer.clone(),
-            me,
+            registry,
+            self.push_ceiling,
             arbiter,
         );
         let mut index = self.write_index();
@@ -326,9 +337,9 @@ impl Handler<CreateQueue> for Registry {
         };
         let record = Self::new_queue_record(&msg.account, &msg.name, settings);
         let change = CatalogChange::put(CatalogTable::Queues, &record.queue_id, &record);
-        self.commit_then(vec![change], move |act, ctx| {
+        self.commit_then(vec![change], move |act, _| {
             tracing::info!(account = %record.account, queue = %record.queue_name, queue_id = %record.queue_id, "queue created");
-            act.launch(record.clone(), ctx.address());
+            act.launch(record.clone());
             Ok(record)
         })
     }
@@ -482,10 +493,10 @@ impl Registry {
         if let Some(dlq) = &new_dlq {
             changes.push(CatalogChange::put(CatalogTable::Queues, &dlq.queue_id, dlq));
         }
-        self.commit_then(changes, move |act, ctx| {
+        self.commit_then(changes, move |act, _| {
             if let Some(dlq) = new_dlq {
                 tracing::info!(queue = %dlq.queue_name, "dead-letter queue created");
-                act.launch(dlq, ctx.address());
+                act.launch(dlq);
             }
             act.reindex(queue);
             Ok(answer)
@@ -580,9 +591,9 @@ impl Handler<ResolveDeadLetterQueue> for Registry {
         }
         let record = Self::new_queue_record(&msg.account, &msg.name, QueueSettings::default());
         let change = CatalogChange::put(CatalogTable::Queues, &record.queue_id, &record);
-        self.commit_then(vec![change], move |act, ctx| {
+        self.commit_then(vec![change], move |act, _| {
             tracing::info!(queue = %record.queue_name, "dead-letter queue created on demand");
-            Ok(act.launch(record, ctx.address()))
+            Ok(act.launch(record))
         })
     }
 }

@@ -337,6 +337,11 @@ impl QueueState {
         !self.ready.is_empty()
     }
 
+    /// When the oldest ready message became visible.
+    pub fn oldest_ready_visible_at(&self) -> Option<u64> {
+        self.ready.first().map(|(at, _)| *at)
+    }
+
     pub fn bytes(&self) -> u64 {
         self.bytes
     }

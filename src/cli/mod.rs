@@ -40,6 +40,9 @@ pub struct ServeArgs {
     /// Threads hosting queue actors (0: one per core).
     #[arg(long, env = "HOPPER_QUEUE_THREADS", default_value_t = 0)]
     pub queue_threads: usize,
+    /// Ceiling for push consumers' automatic concurrency (batches in flight).
+    #[arg(long, env = "HOPPER_PUSH_MAX_CONCURRENCY", default_value_t = 32)]
+    pub push_max_concurrency: usize,
     /// Seconds to let in-flight requests finish on SIGTERM/SIGINT.
     #[arg(long, env = "HOPPER_SHUTDOWN_TIMEOUT", default_value_t = 25)]
     pub shutdown_timeout: u64,
@@ -54,6 +57,7 @@ impl ServeArgs {
             http_workers: self.http_workers,
             queue_threads: self.queue_threads,
             shutdown_timeout_secs: self.shutdown_timeout,
+            push_max_concurrency: self.push_max_concurrency.max(1),
         }
     }
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod function;
+
 pub const ACCOUNT: &str = "test-acct";
 
 pub struct Server {
