@@ -24,9 +24,9 @@ struct Opts {
     token: Option<String>,
     #[arg(long, default_value = "bench")]
     account: String,
-    /// Scenarios to run: batch, single, pullack; or store-layout alone
+    /// Scenarios to run: batch, single, pullack, push; or store-layout alone
     /// (in-process redb comparison, no server).
-    #[arg(long, value_delimiter = ',', default_value = "batch,single,pullack")]
+    #[arg(long, value_delimiter = ',', default_value = "batch,single,pullack,push")]
     scenarios: Vec<String>,
     /// Seconds per scenario.
     #[arg(long, default_value_t = 10)]
@@ -47,6 +47,12 @@ struct Opts {
     /// Messages loaded before the pull+ack scenario.
     #[arg(long, default_value_t = 300_000)]
     prefill: usize,
+    /// Backlog delivered by the push-drain measurement.
+    #[arg(long, default_value_t = 20_000)]
+    push_backlog: usize,
+    /// Offered load (msg/s) for the push latency measurement.
+    #[arg(long, default_value_t = 2_000)]
+    push_rate: u64,
     /// Data dir for a server the bench starts (default: a temp dir).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -312,6 +318,186 @@ async fn run_pull_ack(
     )
 }
 
+/// A trivial function for the push scenario: counts messages and records
+/// send-to-receipt latency from the send time each body carries.
+#[derive(Clone)]
+struct Sink {
+    stats: Arc<Stats>,
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+async fn sink_handler(
+    body: actix_web::web::Bytes,
+    sink: actix_web::web::Data<Sink>,
+) -> actix_web::HttpResponse {
+    #[derive(serde::Deserialize)]
+    struct Batch {
+        messages: Vec<Msg>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Msg {
+        body: Body,
+    }
+    #[derive(serde::Deserialize)]
+    struct Body {
+        t: u64,
+    }
+    if let Ok(batch) = serde_json::from_slice::<Batch>(&body) {
+        let now = now_us();
+        let mut lat = sink.stats.latencies_us.lock().unwrap_or_else(|p| p.into_inner());
+        for m in &batch.messages {
+            lat.push(now.saturating_sub(m.body.t).min(u32::MAX as u64) as u32);
+        }
+        sink.stats
+            .messages
+            .fetch_add(batch.messages.len() as u64, Ordering::Relaxed);
+    }
+    actix_web::HttpResponse::Ok().finish()
+}
+
+fn start_sink(stats: Arc<Stats>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("sink port");
+    let url = format!("http://{}/push", listener.local_addr().expect("addr"));
+    let sink = actix_web::web::Data::new(Sink { stats });
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            actix_web::HttpServer::new(move || {
+                actix_web::App::new()
+                    .app_data(sink.clone())
+                    .app_data(actix_web::web::PayloadConfig::new(16 << 20))
+                    .default_service(actix_web::web::to(sink_handler))
+            })
+            .workers(1)
+            .listen(listener)
+            .expect("sink listen")
+            .run()
+            .await
+        })
+    });
+    url
+}
+
+/// Push delivery: producers send for `duration` at a steady pace while the
+/// queue's worker consumer delivers to the in-process sink.
+async fn run_push(
+    target: Arc<Target>,
+    run: &str,
+    batch_size: usize,
+    size: usize,
+    duration: Duration,
+    rate: u64,
+) -> Row {
+    let stats = Stats::new();
+    let url = start_sink(stats.clone());
+    let name = format!("push{batch_size}-{run}");
+    let _ = target
+        .client
+        .put(format!("{}/functions/{name}", target.base()))
+        .bearer_auth(&target.token)
+        .json(&json!({"url": url, "timeout_ms": 30000}))
+        .send()
+        .await;
+    let q = target.create_queue(&name, false).await.expect("queue");
+    target
+        .call(
+            &format!("/queues/{q}/consumers"),
+            &json!({"type": "worker", "script_name": name,
+                    "settings": {"batch_size": batch_size, "max_wait_time_ms": 50}}),
+        )
+        .await
+        .expect("consumer");
+    let pad = "x".repeat(size.saturating_sub(30));
+    let per_request = 10usize;
+    let interval = Duration::from_secs_f64(per_request as f64 / rate as f64);
+    let started = Instant::now();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut sent = 0u64;
+    let mut inflight = Vec::new();
+    while started.elapsed() < duration {
+        ticker.tick().await;
+        let t = now_us();
+        let body = json!({"messages": (0..per_request).map(|_| json!({"body": {"t": t, "p": pad}})).collect::<Vec<_>>()});
+        let (target, q) = (target.clone(), q.clone());
+        inflight.push(tokio::spawn(async move {
+            let _ = target.call(&format!("/queues/{q}/messages/batch"), &body).await;
+        }));
+        sent += per_request as u64;
+    }
+    futures_util::future::join_all(inflight).await;
+    // wait for the tail to arrive
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stats.messages.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    summarize(
+        &format!("push, batch_size {batch_size} (offered {rate} msg/s), e2e latency"),
+        &stats,
+        seconds,
+    )
+}
+
+/// Push throughput: a backlog delivered as fast as the consumer can.
+async fn run_push_drain(
+    target: Arc<Target>,
+    run: &str,
+    batch_size: usize,
+    size: usize,
+    backlog: usize,
+) -> Row {
+    let stats = Stats::new();
+    let url = start_sink(stats.clone());
+    let name = format!("pushdrain{batch_size}-{run}");
+    let _ = target
+        .client
+        .put(format!("{}/functions/{name}", target.base()))
+        .bearer_auth(&target.token)
+        .json(&json!({"url": url, "timeout_ms": 30000}))
+        .send()
+        .await;
+    let q = target.create_queue(&name, false).await.expect("queue");
+    let pad = "x".repeat(size.saturating_sub(30));
+    let t = now_us();
+    let body = json!({"messages": (0..100).map(|_| json!({"body": {"t": t, "p": pad}})).collect::<Vec<_>>()});
+    for _ in 0..backlog.div_ceil(100) {
+        target
+            .call(&format!("/queues/{q}/messages/batch"), &body)
+            .await
+            .expect("fill");
+    }
+    let started = Instant::now();
+    target
+        .call(
+            &format!("/queues/{q}/consumers"),
+            &json!({"type": "worker", "script_name": name,
+                    "settings": {"batch_size": batch_size, "max_wait_time_ms": 50}}),
+        )
+        .await
+        .expect("consumer");
+    let want = (backlog.div_ceil(100) * 100) as u64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while stats.messages.load(Ordering::Relaxed) < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mut row = summarize(
+        &format!("push drain of {want}, batch_size {batch_size}"),
+        &stats,
+        seconds,
+    );
+    // the latencies here are queueing time in the backlog, not meaningful
+    row.p50_ms = f64::NAN;
+    row.p99_ms = f64::NAN;
+    row
+}
+
 fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir>) {
     let exe = std::env::current_exe().expect("bench path");
     let hopper = exe.with_file_name("hopper");
@@ -504,22 +690,47 @@ async fn main() {
                 futures_util::future::join_all(fills).await;
                 rows.push(run_pull_ack(target.clone(), q, opts.consumers, opts.batch_size, duration).await);
             }
-            other => eprintln!("unknown scenario {other:?} (batch, single, pullack)"),
+            "push" => {
+                for b in [1usize, 10, 100] {
+                    rows.push(
+                        run_push_drain(target.clone(), &run, b, opts.message_bytes, opts.push_backlog).await,
+                    );
+                    rows.push(
+                        run_push(
+                            target.clone(),
+                            &run,
+                            b,
+                            opts.message_bytes,
+                            duration,
+                            opts.push_rate,
+                        )
+                        .await,
+                    );
+                }
+            }
+            other => eprintln!("unknown scenario {other:?} (batch, single, pullack, push)"),
         }
     }
     println!();
     println!("| scenario | messages | seconds | msg/s | requests | p50 ms | p99 ms |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
+        let ms = |v: f64| {
+            if v.is_nan() {
+                "-".to_owned()
+            } else {
+                format!("{v:.2}")
+            }
+        };
         println!(
-            "| {} | {} | {:.1} | {:.0} | {} | {:.2} | {:.2} |",
+            "| {} | {} | {:.1} | {:.0} | {} | {} | {} |",
             r.name,
             r.messages,
             r.seconds,
             r.messages as f64 / r.seconds,
             r.requests,
-            r.p50_ms,
-            r.p99_ms
+            ms(r.p50_ms),
+            ms(r.p99_ms)
         );
     }
     if let Some((mut child, _tmp)) = server {
