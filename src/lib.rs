@@ -5,5 +5,6 @@ pub mod api;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod provision;
 pub mod server;
 pub mod store;

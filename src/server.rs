@@ -23,6 +23,12 @@ pub enum ServerError {
     RootToken(String),
     #[error("cannot listen on {0}: {1}")]
     Bind(String, std::io::Error),
+    #[error("refusing to listen on {0}: it is not a loopback address and Hopper speaks plain HTTP; put it behind TLS or a private network and pass --allow-remote (HOPPER_ALLOW_REMOTE=1)")]
+    RemoteNotAllowed(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::file::ConfigError),
+    #[error("applying the config file failed: {0}")]
+    Provision(crate::broker::BrokerError),
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -55,6 +61,8 @@ async fn ensure_root_token(registry: &RegistryHandle, config: &ServeConfig) -> R
         accounts: None,
         created_on: iso_now(),
         root: true,
+        last_used_on: None,
+        from_config: false,
     };
     registry
         .addr
@@ -82,6 +90,15 @@ fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {
 
 /// Runs until SIGTERM/SIGINT, then drains requests and commits.
 pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
+    if !config.listen.ip().is_loopback() && !config.allow_remote {
+        return Err(ServerError::RemoteNotAllowed(config.listen.to_string()));
+    }
+    // Read the config file first: a bad file must stop the start before
+    // anything is opened.
+    let declared = match &config.config_file {
+        Some(path) => Some(crate::config::file::load(path, |k| std::env::var(k).ok())?),
+        None => None,
+    };
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| ServerError::DataDir(config.data_dir.display().to_string(), e))?;
     let queue_arbiters: Vec<_> = (0..threads(config.queue_threads))
@@ -93,15 +110,41 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
         config.push_max_concurrency,
     )?;
     ensure_root_token(&registry, &config).await?;
+    if let (Some(declared), Some(path)) = (&declared, &config.config_file) {
+        let applied = crate::provision::apply(&registry, declared)
+            .await
+            .map_err(ServerError::Provision)?;
+        tracing::info!(
+            path = %path.display(),
+            created = applied.created,
+            updated = applied.updated,
+            unchanged = applied.unchanged,
+            "config file applied"
+        );
+    }
+    let metrics = match crate::api::metrics::install() {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics recorder not installed; /metrics will be empty");
+            None
+        }
+    };
     let state = web::Data::new(AppState {
         registry: registry.clone(),
         env_root_hash: config.root_token.as_deref().map(hash_token),
+        metrics,
+        metrics_public: config.metrics_public,
     });
-    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-        .workers(threads(config.http_workers))
-        .shutdown_timeout(config.shutdown_timeout_secs)
-        .bind(config.listen)
-        .map_err(|e| ServerError::Bind(config.listen.to_string(), e))?;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(actix_web::middleware::from_fn(crate::api::logging::request_span))
+            .configure(routes)
+    })
+    .workers(threads(config.http_workers))
+    .shutdown_timeout(config.shutdown_timeout_secs)
+    .bind(config.listen)
+    .map_err(|e| ServerError::Bind(config.listen.to_string(), e))?;
     tracing::info!(listen = %config.listen, data_dir = %config.data_dir.display(), "hopper is serving; API base URL http://{}/client/v4", config.listen);
     server.run().await?;
     tracing::info!("HTTP front stopped; finishing commits");

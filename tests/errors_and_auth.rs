@@ -15,7 +15,13 @@ use serde_json::{json, Value};
 // ---------------------------------------------------------------- helpers
 
 /// Sends a raw body (or none) with an optional bearer token.
-async fn raw(client: &reqwest::Client, token: Option<&str>, method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
+async fn raw(
+    client: &reqwest::Client,
+    token: Option<&str>,
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+) -> (u16, Value) {
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
     let mut req = client.request(method, url).timeout(Duration::from_secs(30));
     if let Some(t) = token {
@@ -75,16 +81,48 @@ async fn bad_sends_are_refused_and_leave_the_backlog_alone() {
     let batch_url = format!("{}{batch}", s.base());
 
     assert_eq!(s.post(&send, text("keep-1".into())).await.0, 200);
-    assert_eq!(s.post(&batch, json!({"messages": [text("keep-2".into()), {"body": {"n": 3}}]})).await.0, 200);
+    assert_eq!(
+        s.post(
+            &batch,
+            json!({"messages": [text("keep-2".into()), {"body": {"n": 3}}]})
+        )
+        .await
+        .0,
+        200
+    );
     let mut expected = 3;
 
     // (description, path, body, status, code)
     let big = "x".repeat(128_001);
     let cases: Vec<(&str, &str, Value, u16, u64)> = vec![
-        ("text body over 128000 bytes", &send, text(big.clone()), 413, 10204),
-        ("json body over 128000 bytes", &send, json!({"body": "y".repeat(127_999)}), 413, 10204),
-        ("bytes body decoding to 128001 bytes", &send, json!({"body": b64(&vec![7u8; 128_001]), "content_type": "bytes"}), 413, 10204),
-        ("oversize message inside a batch", &batch, json!({"messages": [text("ok".into()), text(big.clone())]}), 413, 10204),
+        (
+            "text body over 128000 bytes",
+            &send,
+            text(big.clone()),
+            413,
+            10204,
+        ),
+        (
+            "json body over 128000 bytes",
+            &send,
+            json!({"body": "y".repeat(127_999)}),
+            413,
+            10204,
+        ),
+        (
+            "bytes body decoding to 128001 bytes",
+            &send,
+            json!({"body": b64(&vec![7u8; 128_001]), "content_type": "bytes"}),
+            413,
+            10204,
+        ),
+        (
+            "oversize message inside a batch",
+            &batch,
+            json!({"messages": [text("ok".into()), text(big.clone())]}),
+            413,
+            10204,
+        ),
         (
             "batch over 256000 bytes",
             &batch,
@@ -99,29 +137,122 @@ async fn bad_sends_are_refused_and_leave_the_backlog_alone() {
             413,
             10206,
         ),
-        ("content type v8", &send, json!({"body": "x", "content_type": "v8"}), 400, 10203),
-        ("unknown content type", &send, json!({"body": "x", "content_type": "xml"}), 400, 10203),
-        ("content type not a string", &send, json!({"body": "x", "content_type": 5}), 400, 10203),
-        ("v8 inside a batch", &batch, json!({"messages": [{"body": 1}, {"body": "x", "content_type": "v8"}]}), 400, 10203),
-        ("bytes body not base64", &send, json!({"body": "not base64!!", "content_type": "bytes"}), 400, 10203),
-        ("text body not a string", &send, json!({"body": {"a": 1}, "content_type": "text"}), 400, 10203),
-        ("delay over 86400", &send, json!({"body": 1, "delay_seconds": 86_401}), 400, 10202),
-        ("negative delay", &send, json!({"body": 1, "delay_seconds": -1}), 400, 10202),
-        ("fractional delay", &send, json!({"body": 1, "delay_seconds": 1.5}), 400, 10202),
-        ("delay as a string", &send, json!({"body": 1, "delay_seconds": "soon"}), 400, 10202),
-        ("batch delay out of range", &batch, json!({"delay_seconds": 90_000, "messages": [{"body": 1}]}), 400, 10202),
-        ("message delay out of range in a batch", &batch, json!({"messages": [{"body": 1}, {"body": 2, "delay_seconds": 86_401}]}), 400, 10202),
+        (
+            "content type v8",
+            &send,
+            json!({"body": "x", "content_type": "v8"}),
+            400,
+            10203,
+        ),
+        (
+            "unknown content type",
+            &send,
+            json!({"body": "x", "content_type": "xml"}),
+            400,
+            10203,
+        ),
+        (
+            "content type not a string",
+            &send,
+            json!({"body": "x", "content_type": 5}),
+            400,
+            10203,
+        ),
+        (
+            "v8 inside a batch",
+            &batch,
+            json!({"messages": [{"body": 1}, {"body": "x", "content_type": "v8"}]}),
+            400,
+            10203,
+        ),
+        (
+            "bytes body not base64",
+            &send,
+            json!({"body": "not base64!!", "content_type": "bytes"}),
+            400,
+            10203,
+        ),
+        (
+            "text body not a string",
+            &send,
+            json!({"body": {"a": 1}, "content_type": "text"}),
+            400,
+            10203,
+        ),
+        (
+            "delay over 86400",
+            &send,
+            json!({"body": 1, "delay_seconds": 86_401}),
+            400,
+            10202,
+        ),
+        (
+            "negative delay",
+            &send,
+            json!({"body": 1, "delay_seconds": -1}),
+            400,
+            10202,
+        ),
+        (
+            "fractional delay",
+            &send,
+            json!({"body": 1, "delay_seconds": 1.5}),
+            400,
+            10202,
+        ),
+        (
+            "delay as a string",
+            &send,
+            json!({"body": 1, "delay_seconds": "soon"}),
+            400,
+            10202,
+        ),
+        (
+            "batch delay out of range",
+            &batch,
+            json!({"delay_seconds": 90_000, "messages": [{"body": 1}]}),
+            400,
+            10202,
+        ),
+        (
+            "message delay out of range in a batch",
+            &batch,
+            json!({"messages": [{"body": 1}, {"body": 2, "delay_seconds": 86_401}]}),
+            400,
+            10202,
+        ),
         ("no body", &send, json!({"content_type": "json"}), 400, 10207),
-        ("messages not an array", &batch, json!({"messages": "nope"}), 400, 10207),
+        (
+            "messages not an array",
+            &batch,
+            json!({"messages": "nope"}),
+            400,
+            10207,
+        ),
         ("no messages", &batch, json!({}), 400, 10207),
         ("empty batch", &batch, json!({"messages": []}), 400, 10207),
-        ("batch entry not an object", &batch, json!({"messages": [1, 2]}), 400, 10207),
+        (
+            "batch entry not an object",
+            &batch,
+            json!({"messages": [1, 2]}),
+            400,
+            10207,
+        ),
     ];
     for (what, path, body, status, code) in cases {
         let got = s.post(path, body).await;
-        assert!(got.0 == status && got.1["errors"][0]["code"] == code, "{what}: want {status}/{code}, got {} {}", got.0, got.1);
+        assert!(
+            got.0 == status && got.1["errors"][0]["code"] == code,
+            "{what}: want {status}/{code}, got {} {}",
+            got.0,
+            got.1
+        );
         assert_error(&got, status, code);
-        assert_eq!(backlog(&s, &q).await, expected, "after {what}: accepted messages untouched");
+        assert_eq!(
+            backlog(&s, &q).await,
+            expected,
+            "after {what}: accepted messages untouched"
+        );
     }
 
     // Raw bodies: malformed JSON and JSON of the wrong shape.
@@ -133,21 +264,36 @@ async fn bad_sends_are_refused_and_leave_the_backlog_alone() {
         ("a JSON string", &batch_url, r#""messages""#, 400, 10207),
     ] {
         let got = raw(&s.client, Some(&s.token), "POST", url, Some(body)).await;
-        assert!(got.0 == status && got.1["errors"][0]["code"] == code, "{what}: want {status}/{code}, got {} {}", got.0, got.1);
+        assert!(
+            got.0 == status && got.1["errors"][0]["code"] == code,
+            "{what}: want {status}/{code}, got {} {}",
+            got.0,
+            got.1
+        );
         assert_error(&got, status, code);
         assert_eq!(backlog(&s, &q).await, expected, "after {what}");
     }
 
     // The limits themselves are accepted.
-    assert_eq!(s.post(&send, text("z".repeat(128_000))).await.0, 200, "exactly 128000 bytes is fine");
+    assert_eq!(
+        s.post(&send, text("z".repeat(128_000))).await.0,
+        200,
+        "exactly 128000 bytes is fine"
+    );
     expected += 1;
     let (status, v) = s
-        .post(&batch, json!({"messages": [text("a".repeat(128_000)), text("b".repeat(128_000))]}))
+        .post(
+            &batch,
+            json!({"messages": [text("a".repeat(128_000)), text("b".repeat(128_000))]}),
+        )
         .await;
     assert_eq!(status, 200, "exactly 256000 bytes is fine: {v}");
     expected += 2;
     let (status, v) = s
-        .post(&batch, json!({"messages": (0..100).map(|i| json!({"body": i})).collect::<Vec<_>>()}))
+        .post(
+            &batch,
+            json!({"messages": (0..100).map(|i| json!({"body": i})).collect::<Vec<_>>()}),
+        )
         .await;
     assert_eq!(status, 200, "exactly 100 messages is fine: {v}");
     expected += 100;
@@ -169,7 +315,10 @@ async fn bad_pull_and_ack_requests_are_400_10207() {
     let s = Server::start().await;
     let q = s.create_queue("pull-checks", json!({})).await;
     s.add_pull_consumer(&q, json!({}), None).await;
-    assert_eq!(s.send(&q, json!({"body": "m", "content_type": "text"})).await.0, 200);
+    assert_eq!(
+        s.send(&q, json!({"body": "m", "content_type": "text"})).await.0,
+        200
+    );
     let pull = format!("/queues/{q}/messages/pull");
     let ack = format!("/queues/{q}/messages/ack");
     let peek = format!("/queues/{q}/messages/peek");
@@ -180,45 +329,109 @@ async fn bad_pull_and_ack_requests_are_400_10207() {
         ("batch_size negative", &pull, json!({"batch_size": -1})),
         ("wait_ms 20001", &pull, json!({"wait_ms": 20_001})),
         ("wait_ms negative", &pull, json!({"wait_ms": -5})),
-        ("visibility_timeout_ms 0", &pull, json!({"visibility_timeout_ms": 0})),
-        ("visibility_timeout_ms over 12 h", &pull, json!({"visibility_timeout_ms": 43_200_001})),
-        ("visibility_timeout over 12 h", &pull, json!({"visibility_timeout": 43_200_001})),
+        (
+            "visibility_timeout_ms 0",
+            &pull,
+            json!({"visibility_timeout_ms": 0}),
+        ),
+        (
+            "visibility_timeout_ms over 12 h",
+            &pull,
+            json!({"visibility_timeout_ms": 43_200_001}),
+        ),
+        (
+            "visibility_timeout over 12 h",
+            &pull,
+            json!({"visibility_timeout": 43_200_001}),
+        ),
         ("acks not an array", &ack, json!({"acks": "x"})),
         ("ack entry without lease_id", &ack, json!({"acks": [{}]})),
-        ("extension without a timeout", &ack, json!({"extensions": [{"lease_id": "x"}]})),
-        ("extension timeout 0", &ack, json!({"extensions": [{"lease_id": "x", "visibility_timeout_ms": 0}]})),
+        (
+            "extension without a timeout",
+            &ack,
+            json!({"extensions": [{"lease_id": "x"}]}),
+        ),
+        (
+            "extension timeout 0",
+            &ack,
+            json!({"extensions": [{"lease_id": "x", "visibility_timeout_ms": 0}]}),
+        ),
         ("peek batch_size 101", &peek, json!({"batch_size": 101})),
     ] {
         let got = s.post(path, body).await;
-        assert!(got.0 == 400 && got.1["errors"][0]["code"] == 10207, "{what}: got {} {}", got.0, got.1);
+        assert!(
+            got.0 == 400 && got.1["errors"][0]["code"] == 10207,
+            "{what}: got {} {}",
+            got.0,
+            got.1
+        );
         assert_error(&got, 400, 10207);
     }
-    let got = s.post(&ack, json!({"retries": [{"lease_id": "x", "delay_seconds": 86_401}]})).await;
+    let got = s
+        .post(
+            &ack,
+            json!({"retries": [{"lease_id": "x", "delay_seconds": 86_401}]}),
+        )
+        .await;
     assert_error(&got, 400, 10202);
     // None of that leased or deleted anything.
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["messages"]["ready"], 1, "{inspect}");
-    let pulled = s.pull(&q, json!({"batch_size": 100, "wait_ms": 20_000, "visibility_timeout_ms": 43_200_000})).await;
-    assert_eq!(pulled["messages"][0]["attempts"], 1, "the limits themselves are accepted");
+    let pulled = s
+        .pull(
+            &q,
+            json!({"batch_size": 100, "wait_ms": 20_000, "visibility_timeout_ms": 43_200_000}),
+        )
+        .await;
+    assert_eq!(
+        pulled["messages"][0]["attempts"], 1,
+        "the limits themselves are accepted"
+    );
 }
 
 #[tokio::test]
 async fn unknown_fields_in_request_bodies_are_ignored() {
     let s = Server::start().await;
-    let (status, v) = s.post("/queues", json!({"queue_name": "lenient", "wrangler_extra": 1, "settings": {"future_knob": true}})).await;
+    let (status, v) = s
+        .post(
+            "/queues",
+            json!({"queue_name": "lenient", "wrangler_extra": 1, "settings": {"future_knob": true}}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
     let q = v["result"]["queue_id"].as_str().unwrap().to_owned();
-    let (status, v) = s.post(&format!("/queues/{q}/consumers"), json!({"type": "http_pull", "script_name": null, "extra": [1]})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{q}/consumers"),
+            json!({"type": "http_pull", "script_name": null, "extra": [1]}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
-    let (status, v) = s.send(&q, json!({"body": "x", "content_type": "text", "extra": {"a": 1}})).await;
+    let (status, v) = s
+        .send(
+            &q,
+            json!({"body": "x", "content_type": "text", "extra": {"a": 1}}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
-    let (status, v) = s.post(&format!("/queues/{q}/messages/batch"), json!({"messages": [{"body": 1, "x": 2}], "y": 3})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{q}/messages/batch"),
+            json!({"messages": [{"body": 1, "x": 2}], "y": 3}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
     let pulled = s.pull(&q, json!({"batch_size": 10, "unknown": "field"})).await;
     let msgs = pulled["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 2);
-    let acks: Vec<Value> = msgs.iter().map(|m| json!({"lease_id": m["lease_id"], "note": "hi"})).collect();
-    assert_eq!(s.ack(&q, json!({"acks": acks, "whatever": true})).await["ackCount"], 2);
+    let acks: Vec<Value> = msgs
+        .iter()
+        .map(|m| json!({"lease_id": m["lease_id"], "note": "hi"}))
+        .collect();
+    assert_eq!(
+        s.ack(&q, json!({"acks": acks, "whatever": true})).await["ackCount"],
+        2
+    );
 }
 
 /// Reproduction: POST /queues/{id}/messages with a single text body of
@@ -230,7 +443,9 @@ async fn unknown_fields_in_request_bodies_are_ignored() {
 async fn a_huge_single_message_is_10204() {
     let s = Server::start().await;
     let q = s.create_queue("huge", json!({})).await;
-    let got = s.send(&q, json!({"body": "x".repeat(2_200_000), "content_type": "text"})).await;
+    let got = s
+        .send(&q, json!({"body": "x".repeat(2_200_000), "content_type": "text"}))
+        .await;
     assert_error(&got, 413, 10204);
 }
 
@@ -242,18 +457,61 @@ async fn queue_errors() {
     let q = s.create_queue("taken", json!({})).await;
     let other = s.create_queue("other", json!({})).await;
 
-    for name in ["Upper", "under_score", "-leading", "trailing-", "has.dot", "", &"a".repeat(64)] {
+    for name in [
+        "Upper",
+        "under_score",
+        "-leading",
+        "trailing-",
+        "has.dot",
+        "",
+        &"a".repeat(64),
+    ] {
         let got = s.post("/queues", json!({"queue_name": name})).await;
         assert!(got.0 == 400, "name {name:?}: {}", got.1);
         assert_error(&got, 400, 11003);
     }
     assert_error(&s.post("/queues", json!({})).await, 400, 10207);
-    assert_eq!(s.post("/queues", json!({"queue_name": "a".repeat(63)})).await.0, 200, "63 chars is fine");
+    assert_eq!(
+        s.post("/queues", json!({"queue_name": "a".repeat(63)})).await.0,
+        200,
+        "63 chars is fine"
+    );
 
-    assert_error(&s.post("/queues", json!({"queue_name": "taken"})).await, 409, 11009);
-    assert_error(&s.call("PATCH", &format!("/queues/{other}"), Some(json!({"queue_name": "taken"}))).await, 409, 11009);
-    assert_error(&s.call("PUT", &format!("/queues/{other}"), Some(json!({"queue_name": "taken"}))).await, 409, 11009);
-    assert_error(&s.call("PATCH", &format!("/queues/{other}"), Some(json!({"queue_name": "Bad Name"}))).await, 400, 11003);
+    assert_error(
+        &s.post("/queues", json!({"queue_name": "taken"})).await,
+        409,
+        11009,
+    );
+    assert_error(
+        &s.call(
+            "PATCH",
+            &format!("/queues/{other}"),
+            Some(json!({"queue_name": "taken"})),
+        )
+        .await,
+        409,
+        11009,
+    );
+    assert_error(
+        &s.call(
+            "PUT",
+            &format!("/queues/{other}"),
+            Some(json!({"queue_name": "taken"})),
+        )
+        .await,
+        409,
+        11009,
+    );
+    assert_error(
+        &s.call(
+            "PATCH",
+            &format!("/queues/{other}"),
+            Some(json!({"queue_name": "Bad Name"})),
+        )
+        .await,
+        400,
+        11003,
+    );
 
     for (method, path) in [
         ("GET", format!("/queues/{UNKNOWN_QUEUE}")),
@@ -269,14 +527,30 @@ async fn queue_errors() {
         assert!(got.0 == 404, "{method} {path}: {}", got.1);
         assert_error(&got, 404, 11000);
     }
-    let got = s.call("PATCH", &format!("/queues/{UNKNOWN_QUEUE}"), Some(json!({"settings": {}}))).await;
+    let got = s
+        .call(
+            "PATCH",
+            &format!("/queues/{UNKNOWN_QUEUE}"),
+            Some(json!({"settings": {}})),
+        )
+        .await;
     assert_error(&got, 404, 11000);
 
-    for bad_id in ["xyz", "0123456789ABCDEF0123456789ABCDEF", "0123456789abcdef0123456789abcde", "g123456789abcdef0123456789abcdef"] {
+    for bad_id in [
+        "xyz",
+        "0123456789ABCDEF0123456789ABCDEF",
+        "0123456789abcdef0123456789abcde",
+        "g123456789abcdef0123456789abcdef",
+    ] {
         let got = s.get(&format!("/queues/{bad_id}")).await;
         assert!(got.0 == 400, "id {bad_id:?}: {}", got.1);
         assert_error(&got, 400, 10107);
-        assert_error(&s.post(&format!("/queues/{bad_id}/messages"), json!({"body": 1})).await, 400, 10107);
+        assert_error(
+            &s.post(&format!("/queues/{bad_id}/messages"), json!({"body": 1}))
+                .await,
+            400,
+            10107,
+        );
     }
 
     for settings in [
@@ -287,13 +561,30 @@ async fn queue_errors() {
         json!({"delivery_paused": "yes"}),
         json!("not an object"),
     ] {
-        let got = s.post("/queues", json!({"queue_name": "bad-settings", "settings": settings})).await;
+        let got = s
+            .post(
+                "/queues",
+                json!({"queue_name": "bad-settings", "settings": settings}),
+            )
+            .await;
         assert!(got.0 == 400, "settings {settings}: {}", got.1);
         assert_error(&got, 400, 100128);
-        assert_error(&s.call("PATCH", &format!("/queues/{q}"), Some(json!({"settings": settings}))).await, 400, 100128);
+        assert_error(
+            &s.call(
+                "PATCH",
+                &format!("/queues/{q}"),
+                Some(json!({"settings": settings})),
+            )
+            .await,
+            400,
+            100128,
+        );
     }
     assert!(
-        s.get("/queues?name=bad-settings").await.1["result"].as_array().unwrap().is_empty(),
+        s.get("/queues?name=bad-settings").await.1["result"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
         "refused creations created nothing"
     );
     let (_, v) = s.get(&format!("/queues/{q}")).await;
@@ -307,7 +598,10 @@ async fn queue_errors() {
         .await;
     assert_eq!(ok.0, 200, "the range limits are accepted: {}", ok.1);
     let (_, list) = s.get("/queues").await;
-    assert_eq!(list["result_info"]["total_count"], 4, "taken, other, a*63, edge-settings");
+    assert_eq!(
+        list["result_info"]["total_count"], 4,
+        "taken, other, a*63, edge-settings"
+    );
 }
 
 // --------------------------------------------------------------- consumers
@@ -321,49 +615,129 @@ async fn consumer_errors() {
     // Pull without any consumer: 405 telling how to add one.
     let got = s.post(&format!("/queues/{q}/messages/pull"), json!({})).await;
     assert_error(&got, 405, 11006);
-    assert!(got.1["errors"][0]["message"].as_str().unwrap().contains("http_pull"), "{}", got.1);
+    assert!(
+        got.1["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("http_pull"),
+        "{}",
+        got.1
+    );
 
     for (what, body) in [
-        ("batch_size 0", json!({"type": "http_pull", "settings": {"batch_size": 0}})),
-        ("batch_size 101", json!({"type": "http_pull", "settings": {"batch_size": 101}})),
-        ("max_retries 101", json!({"type": "http_pull", "settings": {"max_retries": 101}})),
-        ("retry_delay 86401", json!({"type": "http_pull", "settings": {"retry_delay": 86_401}})),
-        ("visibility_timeout_ms 0", json!({"type": "http_pull", "settings": {"visibility_timeout_ms": 0}})),
-        ("visibility_timeout_ms over 12 h", json!({"type": "http_pull", "settings": {"visibility_timeout_ms": 43_200_001}})),
-        ("max_wait_time_ms 60001", json!({"type": "worker", "script_name": "fn", "settings": {"max_wait_time_ms": 60_001}})),
-        ("max_concurrency 0", json!({"type": "worker", "script_name": "fn", "settings": {"max_concurrency": 0}})),
-        ("max_concurrency 251", json!({"type": "worker", "script_name": "fn", "settings": {"max_concurrency": 251}})),
-        ("batch_size a string", json!({"type": "http_pull", "settings": {"batch_size": "5"}})),
+        (
+            "batch_size 0",
+            json!({"type": "http_pull", "settings": {"batch_size": 0}}),
+        ),
+        (
+            "batch_size 101",
+            json!({"type": "http_pull", "settings": {"batch_size": 101}}),
+        ),
+        (
+            "max_retries 101",
+            json!({"type": "http_pull", "settings": {"max_retries": 101}}),
+        ),
+        (
+            "retry_delay 86401",
+            json!({"type": "http_pull", "settings": {"retry_delay": 86_401}}),
+        ),
+        (
+            "visibility_timeout_ms 0",
+            json!({"type": "http_pull", "settings": {"visibility_timeout_ms": 0}}),
+        ),
+        (
+            "visibility_timeout_ms over 12 h",
+            json!({"type": "http_pull", "settings": {"visibility_timeout_ms": 43_200_001}}),
+        ),
+        (
+            "max_wait_time_ms 60001",
+            json!({"type": "worker", "script_name": "fn", "settings": {"max_wait_time_ms": 60_001}}),
+        ),
+        (
+            "max_concurrency 0",
+            json!({"type": "worker", "script_name": "fn", "settings": {"max_concurrency": 0}}),
+        ),
+        (
+            "max_concurrency 251",
+            json!({"type": "worker", "script_name": "fn", "settings": {"max_concurrency": 251}}),
+        ),
+        (
+            "batch_size a string",
+            json!({"type": "http_pull", "settings": {"batch_size": "5"}}),
+        ),
         ("unknown type", json!({"type": "carrier_pigeon"})),
         ("no type", json!({})),
-        ("own dead-letter queue", json!({"type": "http_pull", "dead_letter_queue": "consumed"})),
-        ("invalid dead-letter queue name", json!({"type": "http_pull", "dead_letter_queue": "Not Valid"})),
+        (
+            "own dead-letter queue",
+            json!({"type": "http_pull", "dead_letter_queue": "consumed"}),
+        ),
+        (
+            "invalid dead-letter queue name",
+            json!({"type": "http_pull", "dead_letter_queue": "Not Valid"}),
+        ),
     ] {
         let got = s.post(&consumers, body).await;
         assert!(got.0 == 400, "{what}: {}", got.1);
         assert_error(&got, 400, 100127);
     }
-    let got = s.post(&consumers, json!({"type": "worker", "script_name": "missing-fn"})).await;
+    let got = s
+        .post(&consumers, json!({"type": "worker", "script_name": "missing-fn"}))
+        .await;
     assert_error(&got, 400, 11001);
-    assert!(got.1["errors"][0]["message"].as_str().unwrap().contains("missing-fn"), "names the function: {}", got.1);
+    assert!(
+        got.1["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing-fn"),
+        "names the function: {}",
+        got.1
+    );
     let (_, v) = s.get(&consumers).await;
     assert_eq!(v["result"], json!([]), "no refused consumer was created");
 
     let cid = s.add_pull_consumer(&q, json!({}), None).await;
-    assert_error(&s.post(&consumers, json!({"type": "http_pull"})).await, 409, 11004);
+    assert_error(
+        &s.post(&consumers, json!({"type": "http_pull"})).await,
+        409,
+        11004,
+    );
     assert_error(&s.get(&format!("{consumers}/{UNKNOWN_QUEUE}")).await, 404, 11002);
-    let got = s.call("PUT", &format!("{consumers}/{cid}"), Some(json!({"settings": {"batch_size": 1000}}))).await;
+    let got = s
+        .call(
+            "PUT",
+            &format!("{consumers}/{cid}"),
+            Some(json!({"settings": {"batch_size": 1000}})),
+        )
+        .await;
     assert_error(&got, 400, 100127);
     let (_, v) = s.get(&format!("{consumers}/{cid}")).await;
-    assert_eq!(v["result"]["settings"]["batch_size"], 5, "a refused update changed nothing");
+    assert_eq!(
+        v["result"]["settings"]["batch_size"], 5,
+        "a refused update changed nothing"
+    );
 
     // A worker consumer is not an http_pull one.
     let push = s.create_queue("pushed", json!({})).await;
-    let (status, v) = s.call("PUT", "/functions/handler", Some(json!({"url": "http://127.0.0.1:9/never"}))).await;
+    let (status, v) = s
+        .call(
+            "PUT",
+            "/functions/handler",
+            Some(json!({"url": "http://127.0.0.1:9/never"})),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
-    let (status, v) = s.post(&format!("/queues/{push}/consumers"), json!({"type": "worker", "script_name": "handler"})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{push}/consumers"),
+            json!({"type": "worker", "script_name": "handler"}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
-    assert_error(&s.post(&format!("/queues/{push}/messages/pull"), json!({})).await, 405, 11006);
+    assert_error(
+        &s.post(&format!("/queues/{push}/messages/pull"), json!({})).await,
+        405,
+        11006,
+    );
 }
 
 // ------------------------------------------------------ routes and methods
@@ -412,16 +786,33 @@ async fn requests_without_a_valid_token_are_401() {
     let s = Server::start().await;
     let q = s.create_queue("guarded", json!({})).await;
     s.add_pull_consumer(&q, json!({}), None).await;
-    assert_eq!(s.send(&q, json!({"body": "kept", "content_type": "text"})).await.0, 200);
+    assert_eq!(
+        s.send(&q, json!({"body": "kept", "content_type": "text"}))
+            .await
+            .0,
+        200
+    );
     let base = s.base();
     let routes = [
         ("GET", format!("{base}/queues"), None),
-        ("POST", format!("{base}/queues"), Some(r#"{"queue_name": "sneaky"}"#)),
+        (
+            "POST",
+            format!("{base}/queues"),
+            Some(r#"{"queue_name": "sneaky"}"#),
+        ),
         ("GET", format!("{base}/queues/{q}"), None),
         ("DELETE", format!("{base}/queues/{q}"), None),
-        ("POST", format!("{base}/queues/{q}/messages"), Some(r#"{"body": 1}"#)),
+        (
+            "POST",
+            format!("{base}/queues/{q}/messages"),
+            Some(r#"{"body": 1}"#),
+        ),
         ("POST", format!("{base}/queues/{q}/messages/pull"), Some("{}")),
-        ("POST", format!("{base}/queues/{q}/purge"), Some(r#"{"delete_messages_permanently": true}"#)),
+        (
+            "POST",
+            format!("{base}/queues/{q}/purge"),
+            Some(r#"{"delete_messages_permanently": true}"#),
+        ),
         ("GET", format!("{}/client/v4/user/tokens/verify", s.root()), None),
     ];
     for (method, url, body) in &routes {
@@ -448,8 +839,18 @@ async fn requests_without_a_valid_token_are_401() {
     // Nothing changed, and the right token works.
     assert_eq!(backlog(&s, &q).await, 1);
     let (_, list) = s.get("/queues").await;
-    assert_eq!(list["result_info"]["total_count"], 1, "no queue was created without a token");
-    let verify = raw(&s.client, Some(&s.token), "GET", &format!("{}/client/v4/user/tokens/verify", s.root()), None).await;
+    assert_eq!(
+        list["result_info"]["total_count"], 1,
+        "no queue was created without a token"
+    );
+    let verify = raw(
+        &s.client,
+        Some(&s.token),
+        "GET",
+        &format!("{}/client/v4/user/tokens/verify", s.root()),
+        None,
+    )
+    .await;
     assert_eq!(verify.0, 200, "{}", verify.1);
     assert_eq!(verify.1["result"]["status"], "active");
 
@@ -465,7 +866,12 @@ async fn accounts_never_see_each_others_queues() {
     let s = Server::start().await;
     let q = s.create_queue("shared-name", json!({})).await;
     s.add_pull_consumer(&q, json!({}), None).await;
-    assert_eq!(s.send(&q, json!({"body": "a-only", "content_type": "text"})).await.0, 200);
+    assert_eq!(
+        s.send(&q, json!({"body": "a-only", "content_type": "text"}))
+            .await
+            .0,
+        200
+    );
     let b = format!("{}/client/v4/accounts/other-account", s.root());
     let token = s.token.clone();
     let call_b = |method: &'static str, path: String, body: Option<Value>| {
@@ -480,9 +886,17 @@ async fn accounts_never_see_each_others_queues() {
         ("GET", format!("/queues/{q}/metrics"), None),
         ("POST", format!("/queues/{q}/messages"), Some(json!({"body": 1}))),
         ("POST", format!("/queues/{q}/messages/pull"), Some(json!({}))),
-        ("PATCH", format!("/queues/{q}"), Some(json!({"settings": {"delivery_paused": true}}))),
+        (
+            "PATCH",
+            format!("/queues/{q}"),
+            Some(json!({"settings": {"delivery_paused": true}})),
+        ),
         ("DELETE", format!("/queues/{q}"), None),
-        ("POST", format!("/queues/{q}/purge"), Some(json!({"delete_messages_permanently": true}))),
+        (
+            "POST",
+            format!("/queues/{q}/purge"),
+            Some(json!({"delete_messages_permanently": true})),
+        ),
     ] {
         let got = call_b(method, path.clone(), body).await;
         assert!(got.0 == 404, "account B {method} {path}: {}", got.1);
@@ -496,7 +910,12 @@ async fn accounts_never_see_each_others_queues() {
     assert_eq!(named["result"], json!([]));
 
     // Names are unique per account only.
-    let (status, created) = call_b("POST", "/queues".into(), Some(json!({"queue_name": "shared-name"}))).await;
+    let (status, created) = call_b(
+        "POST",
+        "/queues".into(),
+        Some(json!({"queue_name": "shared-name"})),
+    )
+    .await;
     assert_eq!(status, 200, "{created}");
     let qb = created["result"]["queue_id"].as_str().unwrap().to_owned();
     assert_ne!(qb, q);
@@ -513,7 +932,14 @@ async fn accounts_never_see_each_others_queues() {
     assert_eq!(pulled["messages"][0]["body"], "a-only");
 
     // An account id outside [A-Za-z0-9_-]{1,64} is refused.
-    let bad = raw(&s.client, Some(&s.token), "GET", &format!("{}/client/v4/accounts/bad.account/queues", s.root()), None).await;
+    let bad = raw(
+        &s.client,
+        Some(&s.token),
+        "GET",
+        &format!("{}/client/v4/accounts/bad.account/queues", s.root()),
+        None,
+    )
+    .await;
     assert_eq!(bad.0, 400, "{}", bad.1);
     assert_eq!(bad.1["success"], false);
 }
@@ -535,26 +961,66 @@ async fn scoped_and_account_limited_tokens_are_403_outside_their_grant() {
             let (status, v) = s.call_as(&s.token, "POST", &tokens, Some(body)).await;
             assert_eq!(status, 200, "create token: {v}");
             let r = &v["result"];
-            let value = r["value"].as_str().or_else(|| r["token"].as_str()).expect("the token value, once");
+            let value = r["value"]
+                .as_str()
+                .or_else(|| r["token"].as_str())
+                .expect("the token value, once");
             (value.to_owned(), r["id"].as_str().unwrap_or_default().to_owned())
         }
     };
     let (read_only, read_id) = create(json!({"name": "reader", "scopes": ["queues_read"]})).await;
-    let (elsewhere, _) = create(json!({"name": "elsewhere", "scopes": ["queues_read", "queues_write"], "accounts": ["another"]})).await;
+    let (elsewhere, _) = create(
+        json!({"name": "elsewhere", "scopes": ["queues_read", "queues_write"], "accounts": ["another"]}),
+    )
+    .await;
     let base = s.base();
 
-    let got = s.call_as(&read_only, "GET", &format!("{base}/queues/{q}"), None).await;
+    let got = s
+        .call_as(&read_only, "GET", &format!("{base}/queues/{q}"), None)
+        .await;
     assert_eq!(got.0, 200, "{}", got.1);
-    assert_error(&s.call_as(&read_only, "POST", &format!("{base}/queues/{q}/messages"), Some(json!({"body": 1}))).await, 403, 10106);
-    assert_error(&s.call_as(&read_only, "POST", &format!("{base}/queues/{q}/messages/pull"), Some(json!({}))).await, 403, 10106);
-    assert_error(&s.call_as(&elsewhere, "GET", &format!("{base}/queues"), None).await, 403, 10106);
+    assert_error(
+        &s.call_as(
+            &read_only,
+            "POST",
+            &format!("{base}/queues/{q}/messages"),
+            Some(json!({"body": 1})),
+        )
+        .await,
+        403,
+        10106,
+    );
+    assert_error(
+        &s.call_as(
+            &read_only,
+            "POST",
+            &format!("{base}/queues/{q}/messages/pull"),
+            Some(json!({})),
+        )
+        .await,
+        403,
+        10106,
+    );
+    assert_error(
+        &s.call_as(&elsewhere, "GET", &format!("{base}/queues"), None)
+            .await,
+        403,
+        10106,
+    );
 
     let (status, list) = s.call_as(&s.token, "GET", &tokens, None).await;
     assert_eq!(status, 200);
     assert!(!list.to_string().contains(&read_only), "values are never listed");
-    let (status, _) = s.call_as(&s.token, "DELETE", &format!("{tokens}/{read_id}"), None).await;
+    let (status, _) = s
+        .call_as(&s.token, "DELETE", &format!("{tokens}/{read_id}"), None)
+        .await;
     assert_eq!(status, 200);
-    assert_error(&s.call_as(&read_only, "GET", &format!("{base}/queues"), None).await, 401, 10106);
+    assert_error(
+        &s.call_as(&read_only, "GET", &format!("{base}/queues"), None)
+            .await,
+        401,
+        10106,
+    );
 }
 
 // -------------------------------------------------------- root token file
@@ -567,7 +1033,11 @@ struct Hopper {
 impl Hopper {
     /// Starts the binary on `dir` WITHOUT HOPPER_ROOT_TOKEN.
     async fn start(dir: &Path, client: &reqwest::Client) -> Hopper {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new(env!("CARGO_BIN_EXE_hopper"))
             .arg("serve")
             .arg("--listen")
@@ -581,7 +1051,10 @@ impl Hopper {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn hopper");
-        let h = Hopper { child: Some(child), port };
+        let h = Hopper {
+            child: Some(child),
+            port,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = client.get(format!("{}/healthz", h.root())).send().await {
@@ -632,18 +1105,58 @@ async fn generated_root_token_is_written_0600_works_and_is_reused() {
     let token = content.trim().to_owned();
     assert!(token.len() >= 32, "a long random token: {token:?}");
 
-    let (status, v) = raw(&client, Some(&token), "GET", &format!("{}/queues", first.base()), None).await;
+    let (status, v) = raw(
+        &client,
+        Some(&token),
+        "GET",
+        &format!("{}/queues", first.base()),
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
-    let (status, v) = raw(&client, Some(&token), "POST", &format!("{}/queues", first.base()), Some(r#"{"queue_name": "from-root"}"#)).await;
+    let (status, v) = raw(
+        &client,
+        Some(&token),
+        "POST",
+        &format!("{}/queues", first.base()),
+        Some(r#"{"queue_name": "from-root"}"#),
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
-    assert_error(&raw(&client, None, "GET", &format!("{}/queues", first.base()), None).await, 401, 10106);
-    assert_error(&raw(&client, Some("hopper_guess"), "GET", &format!("{}/queues", first.base()), None).await, 401, 10106);
+    assert_error(
+        &raw(&client, None, "GET", &format!("{}/queues", first.base()), None).await,
+        401,
+        10106,
+    );
+    assert_error(
+        &raw(
+            &client,
+            Some("hopper_guess"),
+            "GET",
+            &format!("{}/queues", first.base()),
+            None,
+        )
+        .await,
+        401,
+        10106,
+    );
     first.stop();
 
     // Second start: the same file, the same token, the data still there.
     let second = Hopper::start(dir, &client).await;
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), content, "the token file is reused, not rewritten");
-    let (status, v) = raw(&client, Some(&token), "GET", &format!("{}/queues?name=from-root", second.base()), None).await;
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        content,
+        "the token file is reused, not rewritten"
+    );
+    let (status, v) = raw(
+        &client,
+        Some(&token),
+        "GET",
+        &format!("{}/queues?name=from-root", second.base()),
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["result"].as_array().unwrap().len(), 1);
     drop(second);
@@ -652,7 +1165,9 @@ async fn generated_root_token_is_written_0600_works_and_is_reused() {
     let s = Server::start_in(dir, Vec::new()).await;
     let (status, _) = s.get("/queues").await;
     assert_eq!(status, 200, "HOPPER_ROOT_TOKEN works");
-    let (status, v) = s.call_as(&token, "GET", &format!("{}/queues", s.base()), None).await;
+    let (status, v) = s
+        .call_as(&token, "GET", &format!("{}/queues", s.base()), None)
+        .await;
     assert_eq!(status, 200, "the stored root token still works alongside it: {v}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
 }
@@ -665,13 +1180,29 @@ async fn sigterm_exits_zero_and_keeps_data() {
     let q = s.create_queue("graceful", json!({"delivery_delay": 0})).await;
     s.add_pull_consumer(&q, json!({"batch_size": 9}), None).await;
     for i in 0..5 {
-        assert_eq!(s.send(&q, json!({"body": format!("s{i}"), "content_type": "text"})).await.0, 200);
+        assert_eq!(
+            s.send(&q, json!({"body": format!("s{i}"), "content_type": "text"}))
+                .await
+                .0,
+            200
+        );
     }
-    let batch: Vec<Value> = (0..20).map(|i| json!({"body": format!("b{i}"), "content_type": "text"})).collect();
-    assert_eq!(s.post(&format!("/queues/{q}/messages/batch"), json!({"messages": batch})).await.0, 200);
+    let batch: Vec<Value> = (0..20)
+        .map(|i| json!({"body": format!("b{i}"), "content_type": "text"}))
+        .collect();
+    assert_eq!(
+        s.post(&format!("/queues/{q}/messages/batch"), json!({"messages": batch}))
+            .await
+            .0,
+        200
+    );
     let leased = s.pull(&q, json!({"batch_size": 2})).await;
     let acked = leased["messages"][0].clone();
-    assert_eq!(s.ack(&q, json!({"acks": [{"lease_id": acked["lease_id"]}]})).await["ackCount"], 1);
+    assert_eq!(
+        s.ack(&q, json!({"acks": [{"lease_id": acked["lease_id"]}]}))
+            .await["ackCount"],
+        1
+    );
 
     let t = Instant::now();
     let status = s.terminate();
@@ -680,7 +1211,11 @@ async fn sigterm_exits_zero_and_keeps_data() {
     assert_eq!(status.code(), Some(0));
 
     s.spawn().await;
-    assert_eq!(backlog(&s, &q).await, 24, "25 sent, 1 acked (shutdown took {took:?})");
+    assert_eq!(
+        backlog(&s, &q).await,
+        24,
+        "25 sent, 1 acked (shutdown took {took:?})"
+    );
     let (_, v) = s.get(&format!("/queues/{q}")).await;
     assert_eq!(v["result"]["consumers"][0]["settings"]["batch_size"], 9);
     let pulled = s.pull(&q, json!({"batch_size": 100})).await;
@@ -690,7 +1225,10 @@ async fn sigterm_exits_zero_and_keeps_data() {
         .iter()
         .map(|m| m["body"].as_str().unwrap().to_owned())
         .collect();
-    assert!(!bodies.contains(acked["body"].as_str().unwrap()), "the acked message stays acked");
+    assert!(
+        !bodies.contains(acked["body"].as_str().unwrap()),
+        "the acked message stays acked"
+    );
     // One more was leased before the shutdown (30 s lease): 23 ready now.
     assert_eq!(bodies.len(), 23, "{bodies:?}");
 }

@@ -33,7 +33,9 @@ fn messages(pulled: &Value) -> Vec<Value> {
 
 /// Bodies of text messages (they come back as plain strings).
 fn bodies(msgs: &[Value]) -> BTreeSet<String> {
-    msgs.iter().map(|m| m["body"].as_str().expect("text body").to_owned()).collect()
+    msgs.iter()
+        .map(|m| m["body"].as_str().expect("text body").to_owned())
+        .collect()
 }
 
 fn by_body<'a>(msgs: &'a [Value], body: &str) -> &'a Value {
@@ -83,7 +85,9 @@ async fn metrics(s: &Server, q: &str) -> Value {
 }
 
 async fn backlog(s: &Server, q: &str) -> u64 {
-    metrics(s, q).await["backlog_count"].as_u64().expect("backlog_count")
+    metrics(s, q).await["backlog_count"]
+        .as_u64()
+        .expect("backlog_count")
 }
 
 async fn peek(s: &Server, q: &str, body: Value) -> Vec<Value> {
@@ -148,7 +152,10 @@ async fn unacked_message_becomes_visible_again_after_lease_expires() {
     assert_eq!(again[0]["id"], id.as_str());
     assert_eq!(again[0]["attempts"], 2);
     assert_eq!(again[0]["body"], "hello");
-    assert_ne!(again[0]["lease_id"], first[0]["lease_id"], "a new delivery has a new lease id");
+    assert_ne!(
+        again[0]["lease_id"], first[0]["lease_id"],
+        "a new delivery has a new lease id"
+    );
 }
 
 #[tokio::test]
@@ -168,23 +175,36 @@ async fn concurrent_pullers_get_disjoint_sets_covering_everything() {
         .map(|_| {
             let s = s.clone();
             let q = q.clone();
-            tokio::spawn(async move { pull_msgs(&s, &q, json!({"batch_size": 25, "visibility_timeout_ms": 60000})).await })
+            tokio::spawn(async move {
+                pull_msgs(&s, &q, json!({"batch_size": 25, "visibility_timeout_ms": 60000})).await
+            })
         })
         .collect();
     let mut ids = HashSet::new();
     let mut all = Vec::new();
     for t in tasks {
         let got = t.await.expect("puller task");
-        assert_eq!(got.len(), 25, "each of 8 pullers gets a full batch of 25 out of 200");
+        assert_eq!(
+            got.len(),
+            25,
+            "each of 8 pullers gets a full batch of 25 out of 200"
+        );
         for m in got {
             assert_eq!(m["attempts"], 1);
-            assert!(ids.insert(m["id"].as_str().unwrap().to_owned()), "message {} delivered to two pullers", m["id"]);
+            assert!(
+                ids.insert(m["id"].as_str().unwrap().to_owned()),
+                "message {} delivered to two pullers",
+                m["id"]
+            );
             all.push(m);
         }
     }
     let expected: BTreeSet<String> = (0..200).map(|i| format!("m{i}")).collect();
     assert_eq!(bodies(&all), expected, "together the pullers got every message");
-    assert!(pull_msgs(&s, &q, json!({"batch_size": 100})).await.is_empty(), "nothing left to pull");
+    assert!(
+        pull_msgs(&s, &q, json!({"batch_size": 100})).await.is_empty(),
+        "nothing left to pull"
+    );
 
     let acks: Vec<Value> = all.iter().map(|m| json!({"lease_id": m["lease_id"]})).collect();
     let acked = s.ack(&q, json!({"acks": acks})).await;
@@ -231,7 +251,11 @@ async fn concurrent_long_pollers_share_arriving_messages_disjointly() {
         let got = t.await.expect("poller task");
         assert_eq!(got.len(), 25, "each long poller filled its share");
         for m in got {
-            assert!(ids.insert(m["id"].as_str().unwrap().to_owned()), "message {} delivered twice", m["id"]);
+            assert!(
+                ids.insert(m["id"].as_str().unwrap().to_owned()),
+                "message {} delivered twice",
+                m["id"]
+            );
             all.push(m);
         }
     }
@@ -253,9 +277,17 @@ async fn ack_deletes_and_acked_messages_are_never_redelivered() {
     assert_eq!(m0["backlog_bytes"], 9);
 
     let got = pull_msgs(&s, &q, json!({"batch_size": 10, "visibility_timeout_ms": 1000})).await;
-    assert_eq!(bodies(&got), BTreeSet::from(["aa".into(), "bbb".into(), "cccc".into()]));
+    assert_eq!(
+        bodies(&got),
+        BTreeSet::from(["aa".into(), "bbb".into(), "cccc".into()])
+    );
     let (a, b) = (by_body(&got, "aa"), by_body(&got, "bbb"));
-    let acked = s.ack(&q, json!({"acks": [{"lease_id": a["lease_id"]}, {"lease_id": b["lease_id"]}]})).await;
+    let acked = s
+        .ack(
+            &q,
+            json!({"acks": [{"lease_id": a["lease_id"]}, {"lease_id": b["lease_id"]}]}),
+        )
+        .await;
     assert_eq!(acked["ackCount"], 2);
     assert_eq!(acked["retryCount"], 0);
     assert_eq!(acked["warnings"], json!({}));
@@ -266,14 +298,21 @@ async fn ack_deletes_and_acked_messages_are_never_redelivered() {
     // Let every lease expire: only the unacked message comes back.
     sleep_ms(2000).await;
     let again = pull_msgs(&s, &q, json!({"batch_size": 10, "visibility_timeout_ms": 60000})).await;
-    assert_eq!(again.len(), 1, "only the unacked message is redelivered: {again:?}");
+    assert_eq!(
+        again.len(),
+        1,
+        "only the unacked message is redelivered: {again:?}"
+    );
     assert_eq!(again[0]["body"], "cccc");
     assert_eq!(again[0]["attempts"], 2);
 
     // Acking an already-acked message: a warning, nothing else.
     let twice = s.ack(&q, json!({"acks": [{"lease_id": a["lease_id"]}]})).await;
     assert_eq!(twice["ackCount"], 0);
-    assert!(twice["warnings"][lease(a)].is_string(), "warning keyed by the lease id: {twice}");
+    assert!(
+        twice["warnings"][lease(a)].is_string(),
+        "warning keyed by the lease id: {twice}"
+    );
     assert_eq!(s.inspect(&q).await["counters"]["acked"], 2);
 }
 
@@ -287,7 +326,9 @@ async fn retry_without_delay_is_visible_immediately() {
     send_text(&s, &q, "again", None).await;
     let first = pull_msgs(&s, &q, json!({})).await;
     assert_eq!(first.len(), 1);
-    let r = s.ack(&q, json!({"retries": [{"lease_id": first[0]["lease_id"]}]})).await;
+    let r = s
+        .ack(&q, json!({"retries": [{"lease_id": first[0]["lease_id"]}]}))
+        .await;
     assert_eq!(r["retryCount"], 1);
     assert_eq!(r["ackCount"], 0);
     assert_eq!(r["warnings"], json!({}));
@@ -306,9 +347,17 @@ async fn retry_with_delay_seconds_waits_that_long() {
     send_text(&s, &q, "later", None).await;
     let first = pull_msgs(&s, &q, json!({})).await;
     let t0 = Instant::now();
-    let r = s.ack(&q, json!({"retries": [{"lease_id": first[0]["lease_id"], "delay_seconds": 2}]})).await;
+    let r = s
+        .ack(
+            &q,
+            json!({"retries": [{"lease_id": first[0]["lease_id"], "delay_seconds": 2}]}),
+        )
+        .await;
     assert_eq!(r["retryCount"], 1);
-    assert!(pull_msgs(&s, &q, json!({})).await.is_empty(), "not visible before the retry delay");
+    assert!(
+        pull_msgs(&s, &q, json!({})).await.is_empty(),
+        "not visible before the retry delay"
+    );
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["messages"]["delayed"], 1);
     assert_eq!(inspect["messages"]["leased"], 0);
@@ -316,7 +365,10 @@ async fn retry_with_delay_seconds_waits_that_long() {
     let waited = t0.elapsed();
     assert_eq!(got.len(), 1, "visible after the retry delay");
     assert_eq!(got[0]["attempts"], 2);
-    assert!(waited >= Duration::from_millis(1900), "became visible after only {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "became visible after only {waited:?}"
+    );
     assert!(waited < Duration::from_secs(8), "took {waited:?}");
 }
 
@@ -343,17 +395,28 @@ async fn consumer_retry_delay_applies_unless_the_retry_gives_one() {
         .await;
     assert_eq!(r["retryCount"], 3);
     let now = pull_msgs(&s, &q, json!({"batch_size": 10})).await;
-    assert_eq!(bodies(&now), BTreeSet::from(["explicit-zero".to_owned()]), "delay_seconds 0 beats the consumer's retry_delay");
+    assert_eq!(
+        bodies(&now),
+        BTreeSet::from(["explicit-zero".to_owned()]),
+        "delay_seconds 0 beats the consumer's retry_delay"
+    );
     assert_eq!(now[0]["attempts"], 2);
 
     let (next, _) = timed_pull(&s, &q, json!({"batch_size": 10, "wait_ms": 10000})).await;
-    assert_eq!(bodies(&next), BTreeSet::from(["explicit-one".to_owned()]), "the 1 s retry comes first");
+    assert_eq!(
+        bodies(&next),
+        BTreeSet::from(["explicit-one".to_owned()]),
+        "the 1 s retry comes first"
+    );
     assert!(t0.elapsed() >= Duration::from_millis(900));
     let (last, _) = timed_pull(&s, &q, json!({"batch_size": 10, "wait_ms": 10000})).await;
     let waited = t0.elapsed();
     assert_eq!(bodies(&last), BTreeSet::from(["uses-consumer-delay".to_owned()]));
     assert_eq!(last[0]["attempts"], 2);
-    assert!(waited >= Duration::from_millis(1900), "consumer retry_delay of 2 s not applied: visible after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "consumer retry_delay of 2 s not applied: visible after {waited:?}"
+    );
 }
 
 #[tokio::test]
@@ -368,12 +431,16 @@ async fn late_ack_after_redelivery_is_honoured() {
     assert_eq!(second.len(), 1);
     assert_eq!(second[0]["attempts"], 2);
 
-    let late = s.ack(&q, json!({"acks": [{"lease_id": first[0]["lease_id"]}]})).await;
+    let late = s
+        .ack(&q, json!({"acks": [{"lease_id": first[0]["lease_id"]}]}))
+        .await;
     assert_eq!(late["ackCount"], 1, "a late ack is accepted: {late}");
     assert_eq!(late["warnings"], json!({}));
     assert_eq!(backlog(&s, &q).await, 0, "the message is gone");
 
-    let current = s.ack(&q, json!({"acks": [{"lease_id": second[0]["lease_id"]}]})).await;
+    let current = s
+        .ack(&q, json!({"acks": [{"lease_id": second[0]["lease_id"]}]}))
+        .await;
     assert_eq!(current["ackCount"], 0);
     assert!(current["warnings"][lease(&second[0])].is_string(), "{current}");
 
@@ -424,9 +491,19 @@ async fn garbage_and_forged_lease_ids_warn_while_the_rest_takes_effect() {
     assert_eq!(r["retryCount"], 1, "{r}");
     assert_eq!(r["extendCount"], 0, "{r}");
     let warnings = r["warnings"].as_object().expect("warnings object");
-    for key in ["not-a-lease", forged.as_str(), foreign_lease.as_str(), "", "bogus-retry", "bogus-extension"] {
+    for key in [
+        "not-a-lease",
+        forged.as_str(),
+        foreign_lease.as_str(),
+        "",
+        "bogus-retry",
+        "bogus-extension",
+    ] {
         assert!(
-            warnings.get(key).and_then(Value::as_str).is_some_and(|t| !t.is_empty()),
+            warnings
+                .get(key)
+                .and_then(Value::as_str)
+                .is_some_and(|t| !t.is_empty()),
             "a warning keyed by {key:?}: {r}"
         );
     }
@@ -450,11 +527,18 @@ async fn non_string_lease_id_is_a_warning_not_a_failure() {
     send_text(&s, &q, "x", None).await;
     let got = pull_msgs(&s, &q, json!({})).await;
     let (status, v) = s
-        .post(&format!("/queues/{q}/messages/ack"), json!({"acks": [{"lease_id": 42}, {"lease_id": got[0]["lease_id"]}]}))
+        .post(
+            &format!("/queues/{q}/messages/ack"),
+            json!({"acks": [{"lease_id": 42}, {"lease_id": got[0]["lease_id"]}]}),
+        )
         .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["result"]["ackCount"], 1);
-    assert_eq!(v["result"]["warnings"].as_object().map(|w| w.len()), Some(1), "{v}");
+    assert_eq!(
+        v["result"]["warnings"].as_object().map(|w| w.len()),
+        Some(1),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -479,16 +563,43 @@ async fn retry_or_extension_with_a_stale_lease_has_no_effect() {
     let expired = lease(by_body(&first, e_body));
 
     for (what, body) in [
-        ("retry, superseded", json!({"retries": [{"lease_id": superseded}]})),
-        ("extension, superseded", json!({"extensions": [{"lease_id": superseded, "visibility_timeout_ms": 60000}]})),
-        ("retry, expired", json!({"retries": [{"lease_id": expired, "delay_seconds": 0}]})),
-        ("extension, expired", json!({"extensions": [{"lease_id": expired, "visibility_timeout_ms": 60000}]})),
+        (
+            "retry, superseded",
+            json!({"retries": [{"lease_id": superseded}]}),
+        ),
+        (
+            "extension, superseded",
+            json!({"extensions": [{"lease_id": superseded, "visibility_timeout_ms": 60000}]}),
+        ),
+        (
+            "retry, expired",
+            json!({"retries": [{"lease_id": expired, "delay_seconds": 0}]}),
+        ),
+        (
+            "extension, expired",
+            json!({"extensions": [{"lease_id": expired, "visibility_timeout_ms": 60000}]}),
+        ),
     ] {
         let r = s.ack(&q, body).await;
-        assert_eq!((r["ackCount"].as_u64(), r["retryCount"].as_u64(), r["extendCount"].as_u64()), (Some(0), Some(0), Some(0)), "{what}: {r}");
-        assert_eq!(r["warnings"].as_object().map(|w| w.len()), Some(1), "{what}: one warning: {r}");
+        assert_eq!(
+            (
+                r["ackCount"].as_u64(),
+                r["retryCount"].as_u64(),
+                r["extendCount"].as_u64()
+            ),
+            (Some(0), Some(0), Some(0)),
+            "{what}: {r}"
+        );
+        assert_eq!(
+            r["warnings"].as_object().map(|w| w.len()),
+            Some(1),
+            "{what}: one warning: {r}"
+        );
         let key = r["warnings"].as_object().unwrap().keys().next().unwrap().clone();
-        assert!(key == superseded || key == expired, "{what}: keyed by the lease id: {r}");
+        assert!(
+            key == superseded || key == expired,
+            "{what}: keyed by the lease id: {r}"
+        );
     }
 
     // No effect: the redelivered message is still leased under its new lease
@@ -502,7 +613,9 @@ async fn retry_or_extension_with_a_stale_lease_has_no_effect() {
     assert_eq!(next[0]["attempts"], 2);
 
     // The live lease still works.
-    let r = s.ack(&q, json!({"retries": [{"lease_id": redelivered[0]["lease_id"]}]})).await;
+    let r = s
+        .ack(&q, json!({"retries": [{"lease_id": redelivered[0]["lease_id"]}]}))
+        .await;
     assert_eq!(r["retryCount"], 1);
     let third = pull_msgs(&s, &q, json!({})).await;
     assert_eq!(third[0]["body"], r_body.as_str());
@@ -534,7 +647,10 @@ async fn lease_extension_keeps_a_message_invisible_past_its_deadline() {
 
     // Past the original 1 s deadline: still invisible.
     tokio::time::sleep_until((t_pull + Duration::from_millis(1800)).into()).await;
-    assert!(pull_msgs(&s, &q, json!({"batch_size": 10})).await.is_empty(), "extended leases hold");
+    assert!(
+        pull_msgs(&s, &q, json!({"batch_size": 10})).await.is_empty(),
+        "extended leases hold"
+    );
     assert_eq!(s.inspect(&q).await["messages"]["leased"], 2);
 
     // The extended lease is still live: a retry with it is honoured.
@@ -549,7 +665,10 @@ async fn lease_extension_keeps_a_message_invisible_past_its_deadline() {
     let waited = t_ext.elapsed();
     assert_eq!(bodies(&b), BTreeSet::from(["b".to_owned()]));
     assert_eq!(b[0]["attempts"], 2);
-    assert!(waited >= Duration::from_millis(2900), "extended lease ended after only {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "extended lease ended after only {waited:?}"
+    );
 }
 
 // ----------------------------------------------- attempts & dead-lettering
@@ -559,7 +678,8 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
     let s = Server::start().await;
     let q = s.create_queue("orders", json!({})).await;
     assert!(queues_named(&s, "orders-dlq").await.is_empty());
-    s.add_pull_consumer(&q, json!({"max_retries": 2}), Some("orders-dlq")).await;
+    s.add_pull_consumer(&q, json!({"max_retries": 2}), Some("orders-dlq"))
+        .await;
 
     // Named but missing: created with the consumer, visible in the list.
     let dlqs = queues_named(&s, "orders-dlq").await;
@@ -581,7 +701,9 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
         assert_eq!(got.len(), 2, "delivery {attempt}");
         for m in &got {
             assert_eq!(m["attempts"], attempt, "attempts counts deliveries: {m}");
-            originals.entry(m["id"].as_str().unwrap().to_owned()).or_insert_with(|| m.clone());
+            originals
+                .entry(m["id"].as_str().unwrap().to_owned())
+                .or_insert_with(|| m.clone());
         }
         let retries: Vec<Value> = got.iter().map(|m| json!({"lease_id": m["lease_id"]})).collect();
         let r = s.ack(&q, json!({"retries": retries})).await;
@@ -591,9 +713,11 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
     assert!(pull_msgs(&s, &q, json!({"batch_size": 10})).await.is_empty());
     // The move is asynchronous: wait until the DLQ has both and the source
     // has let go of them.
-    eventually(Duration::from_secs(10), "messages moved to the dead-letter queue", || async {
-        (backlog(&s, &dlq).await == 2 && backlog(&s, &q).await == 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "messages moved to the dead-letter queue",
+        || async { (backlog(&s, &dlq).await == 2 && backlog(&s, &q).await == 0).then_some(()) },
+    )
     .await;
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["counters"]["dead_lettered"], 2);
@@ -603,15 +727,23 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
     let dead = pull_msgs(&s, &dlq, json!({"batch_size": 10})).await;
     assert_eq!(dead.len(), 2);
     for m in &dead {
-        let orig = originals.get(m["id"].as_str().unwrap()).expect("same message id in the DLQ");
+        let orig = originals
+            .get(m["id"].as_str().unwrap())
+            .expect("same message id in the DLQ");
         assert_eq!(m["body"], orig["body"], "body kept");
         assert_eq!(m["metadata"], orig["metadata"], "content type kept");
         assert_eq!(m["timestamp_ms"], orig["timestamp_ms"], "original timestamp kept");
         assert_eq!(m["attempts"], 1, "attempts start again in the DLQ");
     }
-    let text = dead.iter().find(|m| m["metadata"]["CF-Content-Type"] == "text").expect("text message");
+    let text = dead
+        .iter()
+        .find(|m| m["metadata"]["CF-Content-Type"] == "text")
+        .expect("text message");
     assert_eq!(text["body"], "poison");
-    let raw = dead.iter().find(|m| m["metadata"]["CF-Content-Type"] == "bytes").expect("bytes message");
+    let raw = dead
+        .iter()
+        .find(|m| m["metadata"]["CF-Content-Type"] == "bytes")
+        .expect("bytes message");
     assert_eq!(unb64(&raw["body"]), vec![0, 1, 2, 255]);
 }
 
@@ -626,8 +758,12 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
 async fn a_message_acked_during_dead_lettering_never_reaches_the_dlq() {
     let s = Server::start().await;
     let q = s.create_queue("racy", json!({})).await;
-    s.add_pull_consumer(&q, json!({"max_retries": 0}), Some("racy-dlq")).await;
-    let dlq = queues_named(&s, "racy-dlq").await[0]["queue_id"].as_str().unwrap().to_owned();
+    s.add_pull_consumer(&q, json!({"max_retries": 0}), Some("racy-dlq"))
+        .await;
+    let dlq = queues_named(&s, "racy-dlq").await[0]["queue_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut acked = HashSet::new();
     for i in 0..20 {
         send_text(&s, &q, &format!("r{i}"), None).await;
@@ -648,7 +784,10 @@ async fn a_message_acked_during_dead_lettering_never_reaches_the_dlq() {
     sleep_ms(300).await;
     s.add_pull_consumer(&dlq, json!({}), None).await;
     let dead = pull_msgs(&s, &dlq, json!({"batch_size": 100})).await;
-    let redelivered: Vec<&Value> = dead.iter().filter(|m| acked.contains(m["id"].as_str().unwrap())).collect();
+    let redelivered: Vec<&Value> = dead
+        .iter()
+        .filter(|m| acked.contains(m["id"].as_str().unwrap()))
+        .collect();
     assert!(
         redelivered.is_empty(),
         "{} of {} acked messages (ackCount 1) were dead-lettered anyway; DLQ holds {}, source counted dead_lettered={}",
@@ -663,7 +802,8 @@ async fn a_message_acked_during_dead_lettering_never_reaches_the_dlq() {
 async fn dead_letter_queue_deleted_after_consumer_creation_is_recreated() {
     let s = Server::start().await;
     let q = s.create_queue("jobs", json!({})).await;
-    s.add_pull_consumer(&q, json!({"max_retries": 0}), Some("jobs-dlq")).await;
+    s.add_pull_consumer(&q, json!({"max_retries": 0}), Some("jobs-dlq"))
+        .await;
     let old = queues_named(&s, "jobs-dlq").await;
     assert_eq!(old.len(), 1);
     let old_id = old[0]["queue_id"].as_str().unwrap().to_owned();
@@ -676,17 +816,24 @@ async fn dead_letter_queue_deleted_after_consumer_creation_is_recreated() {
     assert_eq!(got[0]["attempts"], 1);
     // max_retries 0: the lease running out uses the only delivery.
     sleep_ms(2000).await;
-    assert!(pull_msgs(&s, &q, json!({})).await.is_empty(), "no second delivery");
+    assert!(
+        pull_msgs(&s, &q, json!({})).await.is_empty(),
+        "no second delivery"
+    );
 
-    let recreated = eventually(Duration::from_secs(10), "the dead-letter queue to be re-created", || async {
-        queues_named(&s, "jobs-dlq").await.into_iter().next()
-    })
+    let recreated = eventually(
+        Duration::from_secs(10),
+        "the dead-letter queue to be re-created",
+        || async { queues_named(&s, "jobs-dlq").await.into_iter().next() },
+    )
     .await;
     let new_id = recreated["queue_id"].as_str().unwrap().to_owned();
     assert_ne!(new_id, old_id, "a new queue, not the deleted one");
-    eventually(Duration::from_secs(10), "the message in the re-created DLQ", || async {
-        (backlog(&s, &new_id).await == 1 && backlog(&s, &q).await == 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the message in the re-created DLQ",
+        || async { (backlog(&s, &new_id).await == 1 && backlog(&s, &q).await == 0).then_some(()) },
+    )
     .await;
     assert_eq!(s.inspect(&q).await["counters"]["dead_lettered"], 1);
     s.add_pull_consumer(&new_id, json!({}), None).await;
@@ -712,13 +859,20 @@ async fn without_a_dead_letter_queue_exhausted_messages_are_dropped() {
         assert_eq!(r["retryCount"], 1);
         if attempt == 1 {
             let keep = by_body(&got, "keep-me");
-            s.ack(&q, json!({"retries": [{"lease_id": keep["lease_id"]}], "extensions": []})).await;
+            s.ack(
+                &q,
+                json!({"retries": [{"lease_id": keep["lease_id"]}], "extensions": []}),
+            )
+            .await;
         }
     }
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["counters"]["dropped"], 1, "{inspect}");
     assert_eq!(inspect["counters"]["dead_lettered"], 0);
-    assert_eq!(inspect["messages"]["total"], 1, "only keep-me is left (leased): {inspect}");
+    assert_eq!(
+        inspect["messages"]["total"], 1,
+        "only keep-me is left (leased): {inspect}"
+    );
     assert!(pull_msgs(&s, &q, json!({"batch_size": 10})).await.is_empty());
     let (_, all) = s.get("/queues").await;
     assert_eq!(all["result_info"]["total_count"], 1, "no queue was created");
@@ -752,7 +906,12 @@ async fn delay_precedence_message_over_batch_over_queue_default() {
         ]}),
     )
     .await;
-    send_batch(&s, &q, json!({"messages": [{"body": "batch-queue-default", "content_type": "text"}]})).await; // 2 (queue)
+    send_batch(
+        &s,
+        &q,
+        json!({"messages": [{"body": "batch-queue-default", "content_type": "text"}]}),
+    )
+    .await; // 2 (queue)
 
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["messages"]["ready"], 3, "{inspect}");
@@ -760,7 +919,11 @@ async fn delay_precedence_message_over_batch_over_queue_default() {
     let now = pull_msgs(&s, &q, json!({"batch_size": 100})).await;
     assert_eq!(
         bodies(&now),
-        BTreeSet::from(["single-zero".to_owned(), "batch-zero".to_owned(), "msg-zero-over-batch".to_owned()])
+        BTreeSet::from([
+            "single-zero".to_owned(),
+            "batch-zero".to_owned(),
+            "msg-zero-over-batch".to_owned()
+        ])
     );
 
     let mut later = Vec::new();
@@ -769,7 +932,11 @@ async fn delay_precedence_message_over_batch_over_queue_default() {
         assert!(!got.is_empty(), "delayed messages arrive");
         later.extend(got);
     }
-    assert!(t0.elapsed() >= Duration::from_millis(1900), "delayed messages came after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1900),
+        "delayed messages came after {:?}",
+        t0.elapsed()
+    );
     assert_eq!(
         bodies(&later),
         BTreeSet::from([
@@ -793,11 +960,18 @@ async fn paused_queue_refuses_pulls_accepts_sends_and_resumes() {
 
     // As wrangler does it: the unchanged name comes along.
     let (status, v) = s
-        .call("PATCH", &format!("/queues/{q}"), Some(json!({"queue_name": "pausable", "settings": {"delivery_paused": true}})))
+        .call(
+            "PATCH",
+            &format!("/queues/{q}"),
+            Some(json!({"queue_name": "pausable", "settings": {"delivery_paused": true}})),
+        )
         .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["result"]["settings"]["delivery_paused"], true);
-    assert_eq!(v["result"]["settings"]["message_retention_period"], 345600, "other settings untouched");
+    assert_eq!(
+        v["result"]["settings"]["message_retention_period"], 345600,
+        "other settings untouched"
+    );
 
     for body in [json!({}), json!({"wait_ms": 1000})] {
         let (status, v) = s.post(&format!("/queues/{q}/messages/pull"), body.clone()).await;
@@ -808,18 +982,33 @@ async fn paused_queue_refuses_pulls_accepts_sends_and_resumes() {
         assert!(msg.starts_with("queue_delivery_paused"), "message: {msg}");
     }
     send_text(&s, &q, "during", None).await;
-    send_batch(&s, &q, json!({"messages": [{"body": "during-batch", "content_type": "text"}]})).await;
+    send_batch(
+        &s,
+        &q,
+        json!({"messages": [{"body": "during-batch", "content_type": "text"}]}),
+    )
+    .await;
     assert_eq!(backlog(&s, &q).await, 3);
     let (_, got) = s.get(&format!("/queues/{q}")).await;
     assert_eq!(got["result"]["settings"]["delivery_paused"], true);
 
-    let (status, v) = s.call("PATCH", &format!("/queues/{q}"), Some(json!({"settings": {"delivery_paused": false}}))).await;
+    let (status, v) = s
+        .call(
+            "PATCH",
+            &format!("/queues/{q}"),
+            Some(json!({"settings": {"delivery_paused": false}})),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["result"]["settings"]["delivery_paused"], false);
     let all = pull_msgs(&s, &q, json!({"batch_size": 10})).await;
     assert_eq!(
         bodies(&all),
-        BTreeSet::from(["before".to_owned(), "during".to_owned(), "during-batch".to_owned()])
+        BTreeSet::from([
+            "before".to_owned(),
+            "during".to_owned(),
+            "during-batch".to_owned()
+        ])
     );
 }
 
@@ -838,7 +1027,11 @@ async fn purge_deletes_ready_delayed_and_in_flight_messages() {
     send_text(&s, &q, "delayed", Some(600)).await;
     let inspect = s.inspect(&q).await;
     assert_eq!(
-        (inspect["messages"]["ready"].as_u64(), inspect["messages"]["delayed"].as_u64(), inspect["messages"]["leased"].as_u64()),
+        (
+            inspect["messages"]["ready"].as_u64(),
+            inspect["messages"]["delayed"].as_u64(),
+            inspect["messages"]["leased"].as_u64()
+        ),
         (Some(2), Some(1), Some(1))
     );
 
@@ -846,11 +1039,21 @@ async fn purge_deletes_ready_delayed_and_in_flight_messages() {
     let (status, v) = s.post(&format!("/queues/{q}/purge"), json!({})).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["success"], false);
-    let (status, _) = s.post(&format!("/queues/{q}/purge"), json!({"delete_messages_permanently": false})).await;
+    let (status, _) = s
+        .post(
+            &format!("/queues/{q}/purge"),
+            json!({"delete_messages_permanently": false}),
+        )
+        .await;
     assert_eq!(status, 400);
     assert_eq!(backlog(&s, &q).await, 4);
 
-    let (status, v) = s.post(&format!("/queues/{q}/purge"), json!({"delete_messages_permanently": true})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{q}/purge"),
+            json!({"delete_messages_permanently": true}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["result"]["queue_id"], q.as_str(), "purge answers the Queue");
     let status_v = eventually(Duration::from_secs(10), "purge to complete", || async {
@@ -868,7 +1071,9 @@ async fn purge_deletes_ready_delayed_and_in_flight_messages() {
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["messages"]["total"], 0, "{inspect}");
     assert!(pull_msgs(&s, &q, json!({"batch_size": 10})).await.is_empty());
-    let r = s.ack(&q, json!({"acks": [{"lease_id": leased[0]["lease_id"]}]})).await;
+    let r = s
+        .ack(&q, json!({"acks": [{"lease_id": leased[0]["lease_id"]}]}))
+        .await;
     assert_eq!(r["ackCount"], 0, "the in-flight message is gone");
 
     // The queue still works afterwards.
@@ -891,7 +1096,10 @@ async fn peek_returns_ready_messages_in_order_without_leasing() {
     send_text(&s, &q, "delayed", Some(600)).await;
 
     let first = peek(&s, &q, json!({"batch_size": 3})).await;
-    let ns: Vec<Value> = first.iter().map(|m| decode_json_body(&m["body"])["n"].clone()).collect();
+    let ns: Vec<Value> = first
+        .iter()
+        .map(|m| decode_json_body(&m["body"])["n"].clone())
+        .collect();
     assert_eq!(ns, vec![json!(0), json!(1), json!(2)], "first three in order");
     for m in &first {
         assert_eq!(m["metadata"]["CF-Content-Type"], "json");
@@ -901,7 +1109,11 @@ async fn peek_returns_ready_messages_in_order_without_leasing() {
     // Default batch: everything ready (the delayed message is not ready).
     let all = peek(&s, &q, json!({})).await;
     assert_eq!(all.len(), 5);
-    assert_eq!(all[..3].iter().map(|m| &m["id"]).collect::<Vec<_>>(), first.iter().map(|m| &m["id"]).collect::<Vec<_>>(), "peek is repeatable");
+    assert_eq!(
+        all[..3].iter().map(|m| &m["id"]).collect::<Vec<_>>(),
+        first.iter().map(|m| &m["id"]).collect::<Vec<_>>(),
+        "peek is repeatable"
+    );
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["messages"]["leased"], 0, "peek leases nothing");
     assert_eq!(inspect["counters"]["delivered"], 0);
@@ -909,9 +1121,19 @@ async fn peek_returns_ready_messages_in_order_without_leasing() {
     let pulled = pull_msgs(&s, &q, json!({"batch_size": 10})).await;
     assert_eq!(pulled.len(), 5);
     let pulled_ids: Vec<&Value> = pulled.iter().map(|m| &m["id"]).collect();
-    assert_eq!(pulled_ids, all.iter().map(|m| &m["id"]).collect::<Vec<_>>(), "pull sees the peeked messages, same order");
-    assert!(pulled.iter().all(|m| m["attempts"] == 1), "peek did not count as a delivery");
-    assert!(peek(&s, &q, json!({})).await.is_empty(), "leased messages are not ready");
+    assert_eq!(
+        pulled_ids,
+        all.iter().map(|m| &m["id"]).collect::<Vec<_>>(),
+        "pull sees the peeked messages, same order"
+    );
+    assert!(
+        pulled.iter().all(|m| m["attempts"] == 1),
+        "peek did not count as a delivery"
+    );
+    assert!(
+        peek(&s, &q, json!({})).await.is_empty(),
+        "leased messages are not ready"
+    );
 }
 
 #[tokio::test]
@@ -923,9 +1145,20 @@ async fn peek_refs_purge_exactly_those_messages() {
         send_text(&s, &q, b, None).await;
     }
     let peeked = peek(&s, &q, json!({})).await;
-    assert_eq!(peeked.iter().map(|m| m["body"].as_str().unwrap()).collect::<Vec<_>>(), vec!["r1", "r2", "r3"]);
+    assert_eq!(
+        peeked
+            .iter()
+            .map(|m| m["body"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["r1", "r2", "r3"]
+    );
     let (r1, r3) = (peeked[0]["ref"].clone(), peeked[2]["ref"].clone());
-    let (status, v) = s.post(&format!("/queues/{q}/messages/purge"), json!({"refs": [{"ref": r1}, {"ref": r3}]})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{q}/messages/purge"),
+            json!({"refs": [{"ref": r1}, {"ref": r3}]}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["result"]["errors"], json!([]));
     assert_eq!(v["result"]["warnings"], json!({}));
@@ -934,10 +1167,18 @@ async fn peek_refs_purge_exactly_those_messages() {
     assert_eq!(bodies(&left), BTreeSet::from(["r2".to_owned()]));
 
     // A ref already used, and garbage: warnings keyed by the ref.
-    let (status, v) = s.post(&format!("/queues/{q}/messages/purge"), json!({"refs": [{"ref": r1}, {"ref": "garbage"}]})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{q}/messages/purge"),
+            json!({"refs": [{"ref": r1}, {"ref": "garbage"}]}),
+        )
+        .await;
     assert_eq!(status, 200, "{v}");
     let w = v["result"]["warnings"].as_object().expect("warnings");
-    assert!(w.contains_key(r1.as_str().unwrap()) && w.contains_key("garbage"), "{v}");
+    assert!(
+        w.contains_key(r1.as_str().unwrap()) && w.contains_key("garbage"),
+        "{v}"
+    );
     assert_eq!(backlog(&s, &q).await, 1, "r2 untouched");
 }
 
@@ -949,7 +1190,10 @@ async fn metrics_in_metrics_route_send_and_pull_replies() {
     let q = s.create_queue("measured", json!({})).await;
     s.add_pull_consumer(&q, json!({}), None).await;
     let m = metrics(&s, &q).await;
-    assert_eq!((m["backlog_count"].as_u64(), m["backlog_bytes"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (m["backlog_count"].as_u64(), m["backlog_bytes"].as_u64()),
+        (Some(0), Some(0))
+    );
 
     let before = common_now_ms();
     let (status, v) = s.send(&q, json!({"body": {"a": 1}})).await; // {"a":1} = 7 bytes
@@ -958,8 +1202,13 @@ async fn metrics_in_metrics_route_send_and_pull_replies() {
     let sm = &v["result"]["metadata"]["metrics"];
     assert_eq!(sm["backlog_count"], 1, "{v}");
     assert_eq!(sm["backlog_bytes"], 7, "{v}");
-    let oldest = sm["oldest_message_timestamp_ms"].as_u64().expect("oldest timestamp");
-    assert!(before <= oldest && oldest <= after, "{before} <= {oldest} <= {after}");
+    let oldest = sm["oldest_message_timestamp_ms"]
+        .as_u64()
+        .expect("oldest timestamp");
+    assert!(
+        before <= oldest && oldest <= after,
+        "{before} <= {oldest} <= {after}"
+    );
 
     sleep_ms(20).await;
     let r = send_batch(&s, &q, json!({"messages": [{"body": "hello", "content_type": "text"}, {"body": b64(b"xyz"), "content_type": "bytes"}]})).await;
@@ -976,13 +1225,20 @@ async fn metrics_in_metrics_route_send_and_pull_replies() {
     assert_eq!(pulled["message_backlog_count"], 3, "{pulled}");
     assert_eq!(pulled["metadata"]["metrics"]["backlog_count"], 3);
     assert_eq!(pulled["metadata"]["metrics"]["backlog_bytes"], 15);
-    assert_eq!(pulled["metadata"]["metrics"]["oldest_message_timestamp_ms"], oldest);
+    assert_eq!(
+        pulled["metadata"]["metrics"]["oldest_message_timestamp_ms"],
+        oldest
+    );
 
-    s.ack(&q, json!({"acks": [{"lease_id": msgs[0]["lease_id"]}]})).await;
+    s.ack(&q, json!({"acks": [{"lease_id": msgs[0]["lease_id"]}]}))
+        .await;
     let m = metrics(&s, &q).await;
     assert_eq!(m["backlog_count"], 2);
     assert_eq!(m["backlog_bytes"], 8);
-    assert!(m["oldest_message_timestamp_ms"].as_u64().unwrap() > oldest, "the oldest moved on: {m}");
+    assert!(
+        m["oldest_message_timestamp_ms"].as_u64().unwrap() > oldest,
+        "the oldest moved on: {m}"
+    );
     let empty = s.pull(&q, json!({"batch_size": 10})).await;
     assert_eq!(messages(&empty).len(), 2);
     assert_eq!(empty["message_backlog_count"], 2);
@@ -1012,8 +1268,14 @@ async fn long_poll_is_answered_promptly_when_a_message_arrives() {
     let (got, took) = poller.await.expect("poller");
     assert_eq!(bodies(&got), BTreeSet::from(["wake-up".to_owned()]));
     assert_eq!(got[0]["attempts"], 1);
-    assert!(took >= Duration::from_millis(250), "it did wait for the message: {took:?}");
-    assert!(took < Duration::from_secs(3), "answered promptly, not at the end of wait_ms: {took:?}");
+    assert!(
+        took >= Duration::from_millis(250),
+        "it did wait for the message: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "answered promptly, not at the end of wait_ms: {took:?}"
+    );
     assert_eq!(s.inspect(&q).await["long_pollers"], 0);
 }
 
@@ -1041,8 +1303,18 @@ async fn content_types_round_trip() {
     let json_body = json!({"k": [1, 2, "x"], "nested": {"ok": true}});
     let raw: Vec<u8> = vec![0, 1, 2, 254, 255, 10, 13];
     assert_eq!(s.send(&q, json!({"body": json_body})).await.0, 200); // json is the default
-    assert_eq!(s.send(&q, json!({"body": "héllo wörld ✓", "content_type": "text"})).await.0, 200);
-    assert_eq!(s.send(&q, json!({"body": b64(&raw), "content_type": "bytes"})).await.0, 200);
+    assert_eq!(
+        s.send(&q, json!({"body": "héllo wörld ✓", "content_type": "text"}))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        s.send(&q, json!({"body": b64(&raw), "content_type": "bytes"}))
+            .await
+            .0,
+        200
+    );
     send_batch(
         &s,
         &q,
@@ -1069,7 +1341,11 @@ async fn content_types_round_trip() {
     assert_eq!(got[2]["metadata"], meta("bytes"));
     assert_eq!(unb64(&got[2]["body"]), raw, "bytes come back base64");
     assert_eq!(got[3]["metadata"], meta("json"));
-    assert_eq!(unb64(&got[3]["body"]), br#""a json string""#.to_vec(), "a JSON string is base64 of its JSON text");
+    assert_eq!(
+        unb64(&got[3]["body"]),
+        br#""a json string""#.to_vec(),
+        "a JSON string is base64 of its JSON text"
+    );
     assert_eq!(decode_json_body(&got[4]["body"]), json!(42));
     assert_eq!(got[5]["body"], "batch text");
     // Sizes: json serialized, text UTF-8, bytes decoded.
@@ -1090,10 +1366,18 @@ async fn content_types_round_trip() {
 #[tokio::test]
 async fn retention_deletes_old_messages() {
     let s = Server::start().await;
-    let paused = s.create_queue("short-lived", json!({"message_retention_period": 60, "delivery_paused": true})).await;
-    let dlq = s.create_queue("short-dlq", json!({"message_retention_period": 60})).await;
+    let paused = s
+        .create_queue(
+            "short-lived",
+            json!({"message_retention_period": 60, "delivery_paused": true}),
+        )
+        .await;
+    let dlq = s
+        .create_queue("short-dlq", json!({"message_retention_period": 60}))
+        .await;
     let src = s.create_queue("long-lived", json!({})).await;
-    s.add_pull_consumer(&src, json!({"max_retries": 0}), Some("short-dlq")).await;
+    s.add_pull_consumer(&src, json!({"max_retries": 0}), Some("short-dlq"))
+        .await;
 
     let t0 = Instant::now();
     send_text(&s, &paused, "expires", None).await;
@@ -1103,15 +1387,25 @@ async fn retention_deletes_old_messages() {
     sleep_ms(20_000).await;
     let got = pull_msgs(&s, &src, json!({})).await;
     assert_eq!(got.len(), 1);
-    let r = s.ack(&src, json!({"retries": [{"lease_id": got[0]["lease_id"]}]})).await;
+    let r = s
+        .ack(&src, json!({"retries": [{"lease_id": got[0]["lease_id"]}]}))
+        .await;
     assert_eq!(r["retryCount"], 1);
-    eventually(Duration::from_secs(10), "the message in the DLQ", || async { (backlog(&s, &dlq).await == 1).then_some(()) }).await;
+    eventually(Duration::from_secs(10), "the message in the DLQ", || async {
+        (backlog(&s, &dlq).await == 1).then_some(())
+    })
+    .await;
     assert_eq!(backlog(&s, &paused).await, 1);
 
     let mut gone_paused = None;
     let mut gone_dlq = None;
     while gone_paused.is_none() || gone_dlq.is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(75), "messages outlived retention: {:?} {:?}", gone_paused, gone_dlq);
+        assert!(
+            t0.elapsed() < Duration::from_secs(75),
+            "messages outlived retention: {:?} {:?}",
+            gone_paused,
+            gone_dlq
+        );
         if gone_paused.is_none() && backlog(&s, &paused).await == 0 {
             gone_paused = Some(t0.elapsed());
         }
@@ -1121,9 +1415,18 @@ async fn retention_deletes_old_messages() {
         sleep_ms(250).await;
     }
     let (gp, gd) = (gone_paused.unwrap(), gone_dlq.unwrap());
-    assert!(gp >= Duration::from_millis(59_500), "deleted before its retention: {gp:?}");
-    assert!(gd >= Duration::from_millis(59_500), "DLQ copy deleted before retention: {gd:?}");
-    assert!(gd < Duration::from_secs(75), "DLQ retention counts from the original timestamp: {gd:?}");
+    assert!(
+        gp >= Duration::from_millis(59_500),
+        "deleted before its retention: {gp:?}"
+    );
+    assert!(
+        gd >= Duration::from_millis(59_500),
+        "DLQ copy deleted before retention: {gd:?}"
+    );
+    assert!(
+        gd < Duration::from_secs(75),
+        "DLQ retention counts from the original timestamp: {gd:?}"
+    );
     assert_eq!(s.inspect(&paused).await["counters"]["expired"], 1);
     assert_eq!(s.inspect(&dlq).await["counters"]["expired"], 1);
 }
@@ -1133,11 +1436,22 @@ async fn retention_deletes_old_messages() {
 #[tokio::test]
 async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
     let mut s = Server::start().await;
-    let q = s.create_queue("durable", json!({"delivery_delay": 1, "message_retention_period": 7200})).await;
-    let consumer_id = s
-        .add_pull_consumer(&q, json!({"batch_size": 7, "max_retries": 5, "retry_delay": 3, "visibility_timeout_ms": 45000}), Some("durable-dlq"))
+    let q = s
+        .create_queue(
+            "durable",
+            json!({"delivery_delay": 1, "message_retention_period": 7200}),
+        )
         .await;
-    let paused = s.create_queue("paused-one", json!({"delivery_paused": true})).await;
+    let consumer_id = s
+        .add_pull_consumer(
+            &q,
+            json!({"batch_size": 7, "max_retries": 5, "retry_delay": 3, "visibility_timeout_ms": 45000}),
+            Some("durable-dlq"),
+        )
+        .await;
+    let paused = s
+        .create_queue("paused-one", json!({"delivery_paused": true}))
+        .await;
     s.add_pull_consumer(&paused, json!({}), None).await;
     send_text(&s, &paused, "held", None).await;
 
@@ -1149,7 +1463,7 @@ async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
     let got = pull_msgs(&s, &q, json!({"batch_size": 3, "visibility_timeout_ms": 60000})).await;
     assert_eq!(got.len(), 3);
     let leased_msg = by_body(&got, "leased").clone();
-    let acked = vec![by_body(&got, "acked").clone()];
+    let acked = [by_body(&got, "acked").clone()];
     let r = s
         .ack(
             &q,
@@ -1157,7 +1471,11 @@ async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
                    "retries": [{"lease_id": by_body(&got, "retried")["lease_id"], "delay_seconds": 0}]}),
         )
         .await;
-    assert_eq!((r["ackCount"].as_u64(), r["retryCount"].as_u64()), (Some(1), Some(1)), "{r}");
+    assert_eq!(
+        (r["ackCount"].as_u64(), r["retryCount"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
     send_text(&s, &q, "ready", Some(0)).await;
     send_text(&s, &q, "delayed", Some(600)).await;
     let (_, before) = s.get(&format!("/queues/{q}")).await;
@@ -1168,14 +1486,24 @@ async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
 
     let (status, after) = s.get(&format!("/queues/{q}")).await;
     assert_eq!(status, 200, "{after}");
-    assert_eq!(after["result"], before["result"], "queue, settings and consumer unchanged");
+    assert_eq!(
+        after["result"], before["result"],
+        "queue, settings and consumer unchanged"
+    );
     assert_eq!(after["result"]["settings"]["delivery_delay"], 1);
     assert_eq!(after["result"]["settings"]["message_retention_period"], 7200);
     let c = &after["result"]["consumers"][0];
     assert_eq!(c["consumer_id"], consumer_id.as_str());
     assert_eq!(c["dead_letter_queue"], "durable-dlq");
-    assert_eq!(c["settings"], json!({"batch_size": 7, "max_retries": 5, "retry_delay": 3, "visibility_timeout_ms": 45000}));
-    assert_eq!(queues_named(&s, "durable-dlq").await.len(), 1, "the dead-letter queue survived");
+    assert_eq!(
+        c["settings"],
+        json!({"batch_size": 7, "max_retries": 5, "retry_delay": 3, "visibility_timeout_ms": 45000})
+    );
+    assert_eq!(
+        queues_named(&s, "durable-dlq").await.len(),
+        1,
+        "the dead-letter queue survived"
+    );
 
     let inspect = s.inspect(&q).await;
     assert_eq!(inspect["messages"]["total"], 4, "{inspect}");
@@ -1185,29 +1513,50 @@ async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
 
     // Consumer batch_size 7 applies; the delayed and the leased message stay hidden.
     let pulled = pull_msgs(&s, &q, json!({})).await;
-    assert_eq!(bodies(&pulled), BTreeSet::from(["retried".to_owned(), "ready".to_owned()]));
-    assert_eq!(by_body(&pulled, "retried")["attempts"], 2, "attempts survived the restart");
+    assert_eq!(
+        bodies(&pulled),
+        BTreeSet::from(["retried".to_owned(), "ready".to_owned()])
+    );
+    assert_eq!(
+        by_body(&pulled, "retried")["attempts"],
+        2,
+        "attempts survived the restart"
+    );
     assert_eq!(by_body(&pulled, "ready")["attempts"], 1);
 
     // Lease ids issued before the restart still work.
-    let r = s.ack(&q, json!({"acks": [{"lease_id": leased_msg["lease_id"]}]})).await;
+    let r = s
+        .ack(&q, json!({"acks": [{"lease_id": leased_msg["lease_id"]}]}))
+        .await;
     assert_eq!(r["ackCount"], 1, "{r}");
     assert_eq!(r["warnings"], json!({}));
     // The ack of "acked" is durable, and its old lease matches nothing new.
-    let r = s.ack(&q, json!({"acks": [{"lease_id": acked[0]["lease_id"]}]})).await;
+    let r = s
+        .ack(&q, json!({"acks": [{"lease_id": acked[0]["lease_id"]}]}))
+        .await;
     assert_eq!(r["ackCount"], 0);
     send_text(&s, &q, "new-after-restart", Some(0)).await;
-    let r = s.ack(&q, json!({"acks": [{"lease_id": acked[0]["lease_id"]}]})).await;
+    let r = s
+        .ack(&q, json!({"acks": [{"lease_id": acked[0]["lease_id"]}]}))
+        .await;
     assert_eq!(r["ackCount"], 0, "an old lease id never names a new message: {r}");
     let (_, m) = s.get(&format!("/queues/{q}/metrics")).await;
-    assert_eq!(m["result"]["backlog_count"], 4, "retried, ready (leased), delayed, new: {m}");
+    assert_eq!(
+        m["result"]["backlog_count"], 4,
+        "retried, ready (leased), delayed, new: {m}"
+    );
 
     // Queue default delay still applies to new sends without their own.
     send_text(&s, &q, "default-delay", None).await;
-    assert!(pull_msgs(&s, &q, json!({})).await.iter().all(|m| m["body"] != "default-delay"));
+    assert!(pull_msgs(&s, &q, json!({}))
+        .await
+        .iter()
+        .all(|m| m["body"] != "default-delay"));
 
     // The paused queue is still paused, with its message.
-    let (status, v) = s.post(&format!("/queues/{paused}/messages/pull"), json!({})).await;
+    let (status, v) = s
+        .post(&format!("/queues/{paused}/messages/pull"), json!({}))
+        .await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["errors"][0]["code"], 11005);
     assert_eq!(backlog(&s, &paused).await, 1);
@@ -1219,17 +1568,28 @@ async fn restart_recovers_messages_delays_attempts_consumers_and_settings() {
 async fn pull_defaults_come_from_the_consumer_and_visibility_timeout_is_an_alias() {
     let s = Server::start().await;
     let q = s.create_queue("defaults", json!({})).await;
-    s.add_pull_consumer(&q, json!({"batch_size": 3, "visibility_timeout_ms": 1000}), None).await;
+    s.add_pull_consumer(&q, json!({"batch_size": 3, "visibility_timeout_ms": 1000}), None)
+        .await;
     let plain = s.create_queue("plain-defaults", json!({})).await;
     s.add_pull_consumer(&plain, json!({}), None).await;
-    let batch: Vec<Value> = (0..10).map(|i| json!({"body": format!("d{i}"), "content_type": "text"})).collect();
+    let batch: Vec<Value> = (0..10)
+        .map(|i| json!({"body": format!("d{i}"), "content_type": "text"}))
+        .collect();
     send_batch(&s, &q, json!({"messages": batch.clone()})).await;
     send_batch(&s, &plain, json!({"messages": batch})).await;
 
-    assert_eq!(pull_msgs(&s, &plain, json!({})).await.len(), 5, "http_pull batch_size defaults to 5");
+    assert_eq!(
+        pull_msgs(&s, &plain, json!({})).await.len(),
+        5,
+        "http_pull batch_size defaults to 5"
+    );
     let by_consumer = pull_msgs(&s, &q, json!({})).await;
     assert_eq!(by_consumer.len(), 3, "the consumer's batch_size applies");
-    assert_eq!(pull_msgs(&s, &q, json!({"batch_size": 4})).await.len(), 4, "the request's batch_size wins");
+    assert_eq!(
+        pull_msgs(&s, &q, json!({"batch_size": 4})).await.len(),
+        4,
+        "the request's batch_size wins"
+    );
     // `visibility_timeout` is the same field, in milliseconds.
     let aliased = pull_msgs(&s, &q, json!({"batch_size": 1, "visibility_timeout": 60000})).await;
     assert_eq!(aliased.len(), 1);
@@ -1240,7 +1600,10 @@ async fn pull_defaults_come_from_the_consumer_and_visibility_timeout_is_an_alias
     let back = pull_msgs(&s, &q, json!({"batch_size": 100, "visibility_timeout_ms": 60000})).await;
     assert_eq!(back.len(), 9, "7 expired + 2 never pulled: {back:?}");
     assert_eq!(back.iter().filter(|m| m["attempts"] == 2).count(), 7);
-    assert!(back.iter().all(|m| m["id"] != aliased[0]["id"]), "visibility_timeout (ms) was honoured");
+    assert!(
+        back.iter().all(|m| m["id"] != aliased[0]["id"]),
+        "visibility_timeout (ms) was honoured"
+    );
 }
 
 #[tokio::test]
@@ -1278,9 +1641,12 @@ async fn dead_letter_queue_named_on_consumer_update_is_created() {
 
     send_text(&s, &q, "x", None).await;
     let got = pull_msgs(&s, &q, json!({})).await;
-    s.ack(&q, json!({"retries": [{"lease_id": got[0]["lease_id"]}]})).await;
-    eventually(Duration::from_secs(10), "dead-lettered after one delivery", || async {
-        (backlog(&s, &dlq_id).await == 1).then_some(())
-    })
+    s.ack(&q, json!({"retries": [{"lease_id": got[0]["lease_id"]}]}))
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "dead-lettered after one delivery",
+        || async { (backlog(&s, &dlq_id).await == 1).then_some(()) },
+    )
     .await;
 }

@@ -27,6 +27,13 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Both scopes on every account: may manage tokens.
+    pub fn full_access(&self) -> bool {
+        self.accounts.is_none()
+            && self.scopes.contains(&Scope::QueuesRead)
+            && self.scopes.contains(&Scope::QueuesWrite)
+    }
+
     fn from_record(t: &TokenRecord) -> Self {
         Caller {
             token_id: t.id.clone(),
@@ -37,6 +44,11 @@ impl Caller {
 }
 
 fn authenticate(req: &ServiceRequest) -> Result<Caller, ApiError> {
+    authenticate_request(req.request())
+}
+
+/// Checks the bearer token of a request (also used outside the middleware).
+pub fn authenticate_request(req: &actix_web::HttpRequest) -> Result<Caller, ApiError> {
     let state = req
         .app_data::<web::Data<AppState>>()
         .ok_or_else(|| ApiError::Unauthorized("server misconfigured: no auth state".into()))?;
@@ -65,11 +77,12 @@ fn authenticate(req: &ServiceRequest) -> Result<Caller, ApiError> {
             });
         }
     }
-    state
+    let token = state
         .registry
         .token_by_hash(&hash)
-        .map(|t| Caller::from_record(&t))
-        .ok_or_else(|| ApiError::Unauthorized("invalid or revoked API token".into()))
+        .ok_or_else(|| ApiError::Unauthorized("invalid or revoked API token".into()))?;
+    state.registry.touch_token(&token.id);
+    Ok(Caller::from_record(&token))
 }
 
 /// The scopes a request needs: reads need read, writes need write, and

@@ -40,6 +40,7 @@ impl ApiError {
                 B::QueueNotFound(_) => (StatusCode::NOT_FOUND, 11000),
                 B::FunctionMissing(_) => (StatusCode::BAD_REQUEST, 11001),
                 B::ConsumerNotFound(_) | B::FunctionNotFound(_) => (StatusCode::NOT_FOUND, 11002),
+                B::TokenNotFound(_) => (StatusCode::NOT_FOUND, 1003),
                 B::InvalidQueueName(_) => (StatusCode::BAD_REQUEST, 11003),
                 B::ConsumerExists(_) => (StatusCode::CONFLICT, 11004),
                 B::DeliveryPaused(_) => (StatusCode::CONFLICT, 11005),

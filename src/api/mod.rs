@@ -7,7 +7,9 @@ pub mod consumers;
 pub mod envelope;
 pub mod error;
 pub mod functions;
+pub mod logging;
 pub mod messages;
+pub mod metrics;
 pub mod queues;
 pub mod system;
 pub mod tokens;
@@ -22,6 +24,9 @@ use error::ApiError;
 pub struct AppState {
     pub registry: RegistryHandle,
     pub env_root_hash: Option<String>,
+    /// None when another recorder was already installed (tests in-process).
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub metrics_public: bool,
 }
 
 async fn no_route(req: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
@@ -90,13 +95,20 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         );
     cfg.service(resource("/healthz").route(web::get().to(system::healthz)))
         .service(resource("/readyz").route(web::get().to(system::readyz)))
+        .service(resource("/metrics").route(web::get().to(metrics::render)))
         .service(
             web::scope("/client/v4")
                 .service(resource("/healthz").route(web::get().to(system::healthz)))
                 .service(
                     web::scope("/user")
                         .wrap(from_fn(auth::require_token))
-                        .service(resource("/tokens/verify").route(web::get().to(tokens::verify))),
+                        .service(resource("/tokens/verify").route(web::get().to(tokens::verify)))
+                        .service(
+                            resource("/tokens")
+                                .route(web::get().to(tokens::list))
+                                .route(web::post().to(tokens::create)),
+                        )
+                        .service(resource("/tokens/{token_id}").route(web::delete().to(tokens::delete))),
                 )
                 .service(account),
         )

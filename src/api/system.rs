@@ -7,9 +7,20 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Ready once the registry is serving; queue actors recover before they
-/// answer their first request, so a request never sees a half-loaded queue.
+/// Ready once every queue actor has finished recovering its store. Queues
+/// whose store failed to open are listed; they do not hold the rest back.
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let queues = state.registry.all_handles().len();
-    HttpResponse::Ok().json(json!({"status": "ready", "queues": queues}))
+    let (loading, failed) = state.registry.recovery_report();
+    let body = json!({
+        "status": if loading.is_empty() { "ready" } else { "recovering" },
+        "queues": queues,
+        "recovering": loading,
+        "failed": failed,
+    });
+    if loading.is_empty() {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
 }

@@ -22,6 +22,8 @@ pub enum BrokerError {
     FunctionMissing(String),
     #[error("function {0:?} not found")]
     FunctionNotFound(String),
+    #[error("token {0} not found")]
+    TokenNotFound(String),
     #[error("queue_delivery_paused: delivery is paused on queue {0:?}; resume it to pull messages")]
     DeliveryPaused(String),
     #[error("queue {0:?} has no http_pull consumer; add one with POST .../queues/{{queue_id}}/consumers {{\"type\": \"http_pull\"}} (wrangler: queues consumer http add)")]

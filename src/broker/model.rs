@@ -410,6 +410,50 @@ pub struct TokenRecord {
     pub created_on: String,
     #[serde(default)]
     pub root: bool,
+    #[serde(default)]
+    pub last_used_on: Option<String>,
+    /// Declared in the config file (re-applied at every start).
+    #[serde(default)]
+    pub from_config: bool,
+}
+
+impl TokenRecord {
+    /// The API view: never the value, never the hash.
+    pub fn to_api(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "name": self.name,
+            "scopes": self.scopes,
+            "accounts": self.accounts,
+            "created_on": self.created_on,
+            "last_used_on": self.last_used_on,
+            "root": self.root,
+            "from_config": self.from_config,
+        })
+    }
+
+    pub fn full_access(&self) -> bool {
+        self.accounts.is_none()
+            && self.scopes.contains(&Scope::QueuesRead)
+            && self.scopes.contains(&Scope::QueuesWrite)
+    }
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "queues_read" => Some(Scope::QueuesRead),
+            "queues_write" => Some(Scope::QueuesWrite),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::QueuesRead => "queues_read",
+            Scope::QueuesWrite => "queues_write",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -64,9 +64,30 @@ pub struct QueueConfig {
 pub struct QueueHandle {
     pub addr: Addr<QueueActor>,
     depth: Arc<AtomicUsize>,
+    recovery: Arc<std::sync::atomic::AtomicU8>,
 }
 
+/// Where a queue actor is in opening its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    Loading,
+    Ready,
+    Failed,
+}
+
+const RECOVERY_LOADING: u8 = 0;
+const RECOVERY_READY: u8 = 1;
+const RECOVERY_FAILED: u8 = 2;
+
 impl QueueHandle {
+    pub fn recovery(&self) -> Recovery {
+        match self.recovery.load(Ordering::Acquire) {
+            RECOVERY_READY => Recovery::Ready,
+            RECOVERY_FAILED => Recovery::Failed,
+            _ => Recovery::Loading,
+        }
+    }
+
     /// Sends a front request to the actor and waits for its answer.
     pub async fn ask<M>(&self, msg: M) -> Result<M::Ok, BrokerError>
     where
@@ -323,6 +344,7 @@ pub struct QueueActor {
     push_ceiling: usize,
     push: Option<PushChild>,
     depth: Arc<AtomicUsize>,
+    recovery: Arc<std::sync::atomic::AtomicU8>,
     batch: CommitBatch,
     committing: bool,
     waiters: VecDeque<Waiter>,
@@ -354,6 +376,8 @@ impl QueueActor {
     ) -> QueueHandle {
         let depth = Arc::new(AtomicUsize::new(0));
         let actor_depth = depth.clone();
+        let recovery = Arc::new(std::sync::atomic::AtomicU8::new(RECOVERY_LOADING));
+        let actor_recovery = recovery.clone();
         let addr = QueueActor::start_in_arbiter(arbiter, move |_| QueueActor {
             config,
             path,
@@ -364,6 +388,7 @@ impl QueueActor {
             push_ceiling,
             push: None,
             depth: actor_depth,
+            recovery: actor_recovery,
             batch: CommitBatch::default(),
             committing: false,
             waiters: VecDeque::new(),
@@ -382,7 +407,11 @@ impl QueueActor {
             drainers: Vec::new(),
             recovered_at: None,
         });
-        QueueHandle { addr, depth }
+        QueueHandle {
+            addr,
+            depth,
+            recovery,
+        }
     }
 
     fn dequeued(&self) {
@@ -469,6 +498,7 @@ impl QueueActor {
                 act.store = Some(Arc::new(store));
                 act.broken = None;
                 act.recovered_at = Some(Instant::now());
+                act.recovery.store(RECOVERY_READY, Ordering::Release);
                 act.sync_push_child(ctx);
                 tracing::info!(queue = %act.config.name, queue_id = %act.config.queue_id, messages = n, "queue recovered");
                 act.tick(ctx);
@@ -476,6 +506,7 @@ impl QueueActor {
             Err(e) => {
                 tracing::error!(queue = %act.config.name, queue_id = %act.config.queue_id, error = %e, "queue store failed to open; the queue refuses requests until restart");
                 act.broken = Some(e.to_string());
+                act.recovery.store(RECOVERY_FAILED, Ordering::Release);
             }
         }));
     }
@@ -515,6 +546,7 @@ impl QueueActor {
             act.committing = false;
             act.last_commit_ops = ops_len;
             act.on_commit(result, completions, ctx);
+            act.publish_metrics();
             act.flush(ctx);
         }));
     }
@@ -541,6 +573,8 @@ impl QueueActor {
             }
         };
         self.commits += 1;
+        metrics::histogram!("hopper_commit_duration_seconds").record(outcome.duration.as_secs_f64());
+        metrics::histogram!("hopper_commit_ops").record(self.last_commit_ops as f64);
         self.store_bytes = outcome.file_bytes;
         self.last_commit_at_ms = Some(now_ms());
         self.last_commit_duration = outcome.duration;
@@ -632,6 +666,38 @@ impl QueueActor {
         }
     }
 
+    /// Publishes this queue's gauges and counters to the metrics recorder.
+    fn publish_metrics(&self) {
+        let labels = [
+            ("account", self.config.account.clone()),
+            ("queue", self.config.name.clone()),
+        ];
+        let gauge = |name: &'static str, v: f64| metrics::gauge!(name, &labels).set(v);
+        gauge("hopper_queue_ready_messages", self.state.ready_count() as f64);
+        gauge("hopper_queue_delayed_messages", self.state.delayed_count() as f64);
+        gauge("hopper_queue_leased_messages", self.state.leased_count() as f64);
+        gauge("hopper_queue_backlog_messages", self.state.len() as f64);
+        gauge("hopper_queue_backlog_bytes", self.state.bytes() as f64);
+        gauge(
+            "hopper_queue_oldest_message_age_seconds",
+            self.state
+                .oldest_timestamp()
+                .map(|t| now_ms().saturating_sub(t) as f64 / 1000.0)
+                .unwrap_or(0.0),
+        );
+        gauge("hopper_queue_long_pollers", self.waiters.len() as f64);
+        gauge("hopper_queue_store_bytes", self.store_bytes as f64);
+        let c = self.counters;
+        let counter = |name: &'static str, v: u64| metrics::counter!(name, &labels).absolute(v);
+        counter("hopper_messages_sent_total", c.sent);
+        counter("hopper_messages_delivered_total", c.delivered);
+        counter("hopper_messages_acked_total", c.acked);
+        counter("hopper_messages_retried_total", c.retried);
+        counter("hopper_messages_expired_total", c.expired);
+        counter("hopper_messages_dead_lettered_total", c.dead_lettered);
+        counter("hopper_messages_dropped_total", c.dropped);
+    }
+
     fn fail(&self, completion: Completion, err: BrokerError) {
         let queue = self.config.name.clone();
         let copy = |e: &BrokerError| match e {
@@ -675,6 +741,7 @@ impl QueueActor {
         self.serve_waiters(ctx);
         self.flush(ctx);
         self.schedule_wakeup(ctx);
+        self.publish_metrics();
     }
 
     /// Keeps one timer armed for the next due delay, lease or expiry.

@@ -35,6 +35,8 @@ pub struct Index {
     names: HashMap<(String, String), String>,
     pub functions: HashMap<(String, String), FunctionRecord>,
     pub tokens: HashMap<String, TokenRecord>,
+    /// token id -> last use (ms), not yet written to the catalog.
+    pub token_use: HashMap<String, u64>,
 }
 
 impl Index {
@@ -104,8 +106,55 @@ impl RegistryHandle {
         self.read().tokens.values().find(|t| t.hash == hash).cloned()
     }
 
+    /// Notes a token's use; the registry writes it down periodically.
+    /// At most one write lock per token per second: the hot path only reads.
+    pub fn touch_token(&self, id: &str) {
+        let now = super::model::now_ms();
+        if let Some(last) = self.read().token_use.get(id) {
+            if now.saturating_sub(*last) < 1000 {
+                return;
+            }
+        }
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        index.token_use.insert(id.to_owned(), now);
+    }
+
+    /// Tokens with their latest use, for the tokens API.
+    pub fn tokens(&self) -> Vec<TokenRecord> {
+        let index = self.read();
+        let mut out: Vec<TokenRecord> = index
+            .tokens
+            .values()
+            .map(|t| {
+                let mut t = t.clone();
+                if let Some(ms) = index.token_use.get(&t.id) {
+                    t.last_used_on = Some(super::model::iso_from_ms(*ms));
+                }
+                t
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.created_on, &a.name).cmp(&(&b.created_on, &b.name)));
+        out
+    }
+
     pub fn has_root_token(&self) -> bool {
         self.read().tokens.values().any(|t| t.root)
+    }
+
+    /// Queues still recovering, and queues whose store failed to open.
+    pub fn recovery_report(&self) -> (Vec<String>, Vec<String>) {
+        let index = self.read();
+        let mut loading = Vec::new();
+        let mut failed = Vec::new();
+        for e in index.queues.values() {
+            let name = format!("{}/{}", e.record.account, e.record.queue_name);
+            match e.handle.recovery() {
+                super::queue::Recovery::Loading => loading.push(name),
+                super::queue::Recovery::Failed => failed.push(name),
+                super::queue::Recovery::Ready => {}
+            }
+        }
+        (loading, failed)
     }
 
     /// Every queue actor, for shutdown.
@@ -307,6 +356,47 @@ impl Registry {
 
 impl Actor for Registry {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Token last-use times are written down in batches, not per request.
+        ctx.run_interval(std::time::Duration::from_secs(30), |act, ctx| {
+            act.persist_token_use(ctx)
+        });
+    }
+}
+
+impl Registry {
+    fn persist_token_use(&mut self, ctx: &mut Context<Self>) {
+        let changes: Vec<CatalogChange> = {
+            let mut index = self.write_index();
+            let used: Vec<(String, u64)> = index
+                .token_use
+                .iter()
+                .filter(|(id, ms)| {
+                    index.tokens.get(*id).and_then(|t| t.last_used_on.clone())
+                        != Some(super::model::iso_from_ms(**ms))
+                })
+                .map(|(id, ms)| (id.clone(), *ms))
+                .collect();
+            used.into_iter()
+                .filter_map(|(id, ms)| {
+                    let token = index.tokens.get_mut(&id)?;
+                    token.last_used_on = Some(super::model::iso_from_ms(ms));
+                    Some(CatalogChange::put(CatalogTable::Tokens, &id, token))
+                })
+                .collect()
+        };
+        if changes.is_empty() {
+            return;
+        }
+        let catalog = self.catalog.clone();
+        let write = async move {
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || catalog.apply(&changes)).await {
+                tracing::warn!(error = %e, "could not record token last-use times");
+            }
+        };
+        ctx.spawn(write.into_actor(self));
+    }
 }
 
 fn refuse<T: 'static>(err: BrokerError) -> AtomicResponse<Registry, Result<T, BrokerError>> {
@@ -655,6 +745,35 @@ impl Handler<DeleteFunction> for Registry {
         let change = CatalogChange::delete(CatalogTable::Functions, format!("{}/{}", key.0, key.1));
         self.commit_then(vec![change], move |act, _| {
             act.write_index().functions.remove(&key);
+            Ok(())
+        })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<(), BrokerError>")]
+pub struct DeleteToken {
+    pub id: String,
+}
+
+impl Handler<DeleteToken> for Registry {
+    type Result = AtomicResponse<Self, Result<(), BrokerError>>;
+
+    fn handle(&mut self, msg: DeleteToken, _: &mut Context<Self>) -> Self::Result {
+        match self.read_index().tokens.get(&msg.id) {
+            None => return refuse(BrokerError::TokenNotFound(msg.id)),
+            Some(t) if t.root => {
+                return refuse(BrokerError::InvalidRequest(
+                    "the root token cannot be revoked through the API; delete <data-dir>/root-token and its catalog entry offline, or use HOPPER_ROOT_TOKEN".into(),
+                ))
+            }
+            Some(_) => {}
+        }
+        let change = CatalogChange::delete(CatalogTable::Tokens, &msg.id);
+        self.commit_then(vec![change], move |act, _| {
+            let mut index = act.write_index();
+            index.tokens.remove(&msg.id);
+            index.token_use.remove(&msg.id);
             Ok(())
         })
     }

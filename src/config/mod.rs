@@ -1,4 +1,6 @@
-//! Server configuration from flags and environment.
+//! Server configuration from flags and environment, and the config file.
+
+pub mod file;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,6 +9,7 @@ use std::path::PathBuf;
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    pub config_file: Option<PathBuf>,
     /// `HOPPER_ROOT_TOKEN`: accepted as root for this run.
     pub root_token: Option<String>,
     /// HTTP worker threads; 0 means one per core.
@@ -15,6 +18,10 @@ pub struct ServeConfig {
     pub queue_threads: usize,
     /// Ceiling for push consumers' automatic concurrency (batches in flight).
     pub push_max_concurrency: usize,
+    /// Serve /metrics without a token.
+    pub metrics_public: bool,
+    /// Allow a non-loopback listen address.
+    pub allow_remote: bool,
     /// Seconds to let in-flight requests finish on SIGTERM/SIGINT.
     pub shutdown_timeout_secs: u64,
 }
