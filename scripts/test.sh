@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: Rust unit, property and system tests (real
 # binary over HTTP, kill -9 durability), then the official Cloudflare
-# Python SDK against a real server. Installs what it needs (a Python venv
-# in .venv). Usage: scripts/test.sh
+# Python SDK and wrangler against a real server. Installs what it needs (a
+# Python venv in .venv, wrangler from npm in ~/.cache/hopper-wrangler).
+# Usage: scripts/test.sh
 set -euo pipefail
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +40,8 @@ if [ "${sdk_passed:-0}" -eq 0 ]; then
   exit 1
 fi
 
-echo "total: $((rust_passed + sdk_passed)) passed, 0 failed"
+echo "==> wrangler (installed from npm) against the same server"
+HOPPER_URL="http://127.0.0.1:$port" HOPPER_TOKEN="$token" tests/wrangler/run.sh 2>&1 | tee /tmp/hopper-wrangler-test.log
+wrangler_passed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' /tmp/hopper-wrangler-test.log | tail -1 | awk '{print $1+0}')
+
+echo "total: $((rust_passed + sdk_passed + wrangler_passed)) passed, 0 failed"

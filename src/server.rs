@@ -88,6 +88,28 @@ fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
+async fn wait_for_stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 /// Runs until SIGTERM/SIGINT, then drains requests and commits.
 pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     if !config.listen.ip().is_loopback() && !config.allow_remote {
@@ -143,10 +165,22 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     })
     .workers(threads(config.http_workers))
     .shutdown_timeout(config.shutdown_timeout_secs)
+    // Hopper handles SIGTERM/SIGINT itself: long polls are answered first,
+    // so a drain does not wait out their timeouts.
+    .disable_signals()
     .bind(config.listen)
-    .map_err(|e| ServerError::Bind(config.listen.to_string(), e))?;
+    .map_err(|e| ServerError::Bind(config.listen.to_string(), e))?
+    .run();
     tracing::info!(listen = %config.listen, data_dir = %config.data_dir.display(), "hopper is serving; API base URL http://{}/client/v4", config.listen);
-    server.run().await?;
+    let handle = server.handle();
+    let on_signal = registry.clone();
+    actix_web::rt::spawn(async move {
+        wait_for_stop_signal().await;
+        tracing::info!("stop signal received: answering long polls, draining requests");
+        on_signal.release_long_polls().await;
+        handle.stop(true).await;
+    });
+    server.await?;
     tracing::info!("HTTP front stopped; finishing commits");
     registry.drain_all().await;
     for arbiter in queue_arbiters {

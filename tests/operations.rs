@@ -494,3 +494,37 @@ async fn json_logs_carry_a_request_span() {
     assert_eq!(done["span"]["account"], "logacct");
     assert!(!out.contains("\"tok\""), "the root token leaked into the logs");
 }
+
+#[tokio::test]
+async fn sigterm_answers_long_polls_at_once_and_exits_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start_in(tmp.path(), Vec::new()).await;
+    let q = s.create_queue("polled", json!({})).await;
+    s.add_pull_consumer(&q, json!({}), None).await;
+    let url = format!("{}/queues/{q}/messages/pull", s.base());
+    let poll = tokio::spawn({
+        let client = s.client.clone();
+        let token = s.token.clone();
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"wait_ms": 15000}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let status = tokio::task::spawn_blocking(move || s.terminate()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the drain waited out the long poll"
+    );
+    let (code, body) = poll.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["result"]["messages"], json!([]));
+}

@@ -15,12 +15,21 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// Reads the body, refusing more than `MAX_BODY_BYTES`, and parses it as a
 /// JSON object. An empty body is an empty object (pull, purge and DELETE
 /// requests often send none).
-pub async fn json_object(mut payload: web::Payload) -> Result<Map<String, Value>, ApiError> {
+pub async fn json_object(payload: web::Payload) -> Result<Map<String, Value>, ApiError> {
+    json_object_or(payload, |_| ApiError::BodyTooLarge(MAX_BODY_BYTES)).await
+}
+
+/// Like `json_object`, with the route's own error for an oversized body
+/// (a single message over the cap is "message too large", not "batch").
+pub async fn json_object_or(
+    mut payload: web::Payload,
+    too_large: impl Fn(usize) -> ApiError,
+) -> Result<Map<String, Value>, ApiError> {
     let mut bytes = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::InvalidBody(format!("could not read request body: {e}")))?;
         if bytes.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(ApiError::BodyTooLarge(MAX_BODY_BYTES));
+            return Err(too_large(bytes.len() + chunk.len()));
         }
         bytes.extend_from_slice(&chunk);
     }

@@ -38,7 +38,7 @@ impl ApiError {
         match self {
             ApiError::Broker(b) => match b {
                 B::QueueNotFound(_) => (StatusCode::NOT_FOUND, 11000),
-                B::FunctionMissing(_) => (StatusCode::BAD_REQUEST, 11001),
+                B::FunctionMissing { .. } => (StatusCode::BAD_REQUEST, 11001),
                 B::ConsumerNotFound(_) | B::FunctionNotFound(_) => (StatusCode::NOT_FOUND, 11002),
                 B::TokenNotFound(_) => (StatusCode::NOT_FOUND, 1003),
                 B::InvalidQueueName(_) => (StatusCode::BAD_REQUEST, 11003),

@@ -1,13 +1,14 @@
 use actix_web::{web, HttpResponse};
 use serde_json::{json, Map, Value};
 
-use super::body::{json_object, queue_id, string_field, uint_in};
+use super::body::{json_object, json_object_or, queue_id, string_field, uint_in};
 use super::envelope::ok;
 use super::error::ApiError;
 use super::AppState;
-use crate::broker::message::{parse_batch, parse_delay, parse_message};
+use crate::broker::message::{parse_batch, parse_delay, parse_message, MAX_MESSAGE_BYTES};
 use crate::broker::model::MAX_VISIBILITY_TIMEOUT_MS;
 use crate::broker::queue::{Ack, Peek, Pull, PurgeRefs, SendMessages};
+use crate::broker::BrokerError;
 use crate::broker::QueueHandle;
 
 type Path2 = web::Path<(String, String)>;
@@ -23,7 +24,13 @@ pub async fn send(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
-    let body = Value::Object(json_object(payload).await?);
+    let too_large = |size| {
+        ApiError::Broker(BrokerError::MessageTooLarge {
+            size,
+            limit: MAX_MESSAGE_BYTES,
+        })
+    };
+    let body = Value::Object(json_object_or(payload, too_large).await?);
     let message = parse_message(&body, None)?;
     let metrics = queue
         .ask(SendMessages {

@@ -18,8 +18,8 @@ pub enum BrokerError {
     ConsumerExists(String),
     #[error("consumer {0} not found on this queue")]
     ConsumerNotFound(String),
-    #[error("function {0:?} does not exist; register it first with PUT /client/v4/accounts/{{account_id}}/functions/{0}")]
-    FunctionMissing(String),
+    #[error("function {name:?} does not exist in account {account}; register it first with PUT /client/v4/accounts/{account}/functions/{name} {{\"url\": \"http://...\"}}")]
+    FunctionMissing { account: String, name: String },
     #[error("function {0:?} not found")]
     FunctionNotFound(String),
     #[error("token {0} not found")]

@@ -21,7 +21,8 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// ISO-8601 timestamp with microseconds, as Cloudflare renders them.
+/// ISO-8601 UTC timestamp with microseconds, as Cloudflare renders them
+/// (`2024-05-01T12:00:00.123456Z`).
 pub fn iso_now() -> String {
     iso_from_ms(now_ms())
 }
@@ -29,8 +30,10 @@ pub fn iso_now() -> String {
 pub fn iso_from_ms(ms: u64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    t.format(&format).unwrap_or_default()
 }
 
 pub fn new_id() -> String {

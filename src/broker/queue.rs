@@ -215,6 +215,22 @@ pub struct AcceptDeadLettered {
 #[rtype(result = "()")]
 pub struct Stop;
 
+/// Answer every waiting long poll now, with what there is (nothing).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleaseLongPolls;
+
+impl Handler<ReleaseLongPolls> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ReleaseLongPolls, ctx: &mut Context<Self>) {
+        for w in std::mem::take(&mut self.waiters) {
+            ctx.cancel_future(w.timeout);
+            let _ = w.tx.send(Ok(self.empty_pull()));
+        }
+    }
+}
+
 /// Finish every commit in flight and pending, then answer.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -470,12 +486,13 @@ impl QueueActor {
     /// until this finishes (`ctx.wait`), without blocking its thread.
     fn open_store(&mut self, ctx: &mut Context<Self>) {
         let path = self.path.clone();
+        let queue_id = self.config.queue_id.clone();
         let open = async move {
             tokio::task::spawn_blocking(move || {
                 // A reopen can race the last holder of the old handle.
                 let mut attempt = 0;
                 loop {
-                    match QueueStore::open(&path) {
+                    match QueueStore::open(&path, &queue_id) {
                         Err(StoreError::Open {
                             source: redb::DatabaseError::DatabaseAlreadyOpen,
                             ..
@@ -1063,6 +1080,7 @@ impl QueueActor {
             "oldest_message_age_ms": self.state.oldest_timestamp().map(|t| now.saturating_sub(t)),
             "store": {
                 "path": self.path.display().to_string(),
+                "format_version": crate::store::QUEUE_FORMAT_VERSION,
                 "bytes": self.store_bytes,
                 "last_commit_ms": self.last_commit_duration.as_secs_f64() * 1000.0,
                 "last_commit_at_ms": self.last_commit_at_ms,
@@ -1243,6 +1261,12 @@ impl Handler<Ack> for QueueActor {
                         .warnings
                         .insert(lease_id, "malformed or forged lease id; ignored".into());
                 }
+                Some((seq, _)) if self.state.in_transit(seq) => {
+                    result.warnings.insert(
+                        lease_id,
+                        "message used its last delivery and is being moved to the dead-letter queue; ack it there".into(),
+                    );
+                }
                 Some((seq, _attempt)) => match self.state.ack(seq) {
                     Some(_) => {
                         result.ack_count += 1;
@@ -1366,6 +1390,12 @@ impl Handler<PurgeRefs> for QueueActor {
                     result
                         .warnings
                         .insert(r, "malformed or forged message ref; ignored".into());
+                }
+                Some(seq) if self.state.in_transit(seq) => {
+                    result.warnings.insert(
+                        r,
+                        "message is being moved to the dead-letter queue; purge it there".into(),
+                    );
                 }
                 Some(seq) => match self.state.ack(seq) {
                     Some(_) => self.batch.ops.push(StoreOp::Delete { seq }),
@@ -1532,7 +1562,7 @@ impl Handler<PushOutcome> for QueueActor {
         let max = self.max_deliveries();
         let mut exhausted = Vec::new();
         for (seq, _attempt) in msg.acks {
-            if self.state.ack(seq).is_some() {
+            if !self.state.in_transit(seq) && self.state.ack(seq).is_some() {
                 self.counters.acked += 1;
                 self.batch.ops.push(StoreOp::Delete { seq });
             }

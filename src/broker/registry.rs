@@ -162,6 +162,13 @@ impl RegistryHandle {
         self.read().queues.values().map(|e| e.handle.clone()).collect()
     }
 
+    /// Answers every waiting long poll now (empty), ahead of a shutdown.
+    pub async fn release_long_polls(&self) {
+        for handle in self.all_handles() {
+            let _ = handle.addr.send(super::queue::ReleaseLongPolls).await;
+        }
+    }
+
     /// Asks every queue to finish its pending commits.
     pub async fn drain_all(&self) {
         for handle in self.all_handles() {
@@ -320,7 +327,10 @@ impl Registry {
                 .functions
                 .contains_key(&(queue.account.clone(), script.clone()))
             {
-                return Err(BrokerError::FunctionMissing(script.clone()));
+                return Err(BrokerError::FunctionMissing {
+                    account: queue.account.clone(),
+                    name: script.clone(),
+                });
             }
         }
         match &spec.dead_letter_queue {

@@ -305,6 +305,11 @@ impl QueueState {
         }
     }
 
+    /// On its way to the dead-letter queue: it can no longer be acked here.
+    pub fn in_transit(&self, seq: u64) -> bool {
+        self.transit.contains(&seq)
+    }
+
     pub fn get(&self, seq: u64) -> Option<&MessageRecord> {
         self.messages.get(&seq)
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::{StoreError, FORMAT_VERSION};
+use super::{StoreError, CATALOG_FORMAT_VERSION as FORMAT_VERSION};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 

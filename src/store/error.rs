@@ -16,6 +16,14 @@ pub enum StoreError {
         found: u64,
         supported: u64,
     },
+    #[error("no migration step to format version {version}")]
+    NoMigration { version: u64 },
+    #[error("store {path} belongs to queue {found}, not {expected}: was it restored to the wrong place?")]
+    WrongQueue {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("corrupt record in table {table} at key {key}")]
     Corrupt { table: &'static str, key: String },
     #[error("storage transaction failed: {0}")]

@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod error;
+pub mod migrate;
 pub mod queue_store;
 pub mod record;
 
@@ -12,9 +13,11 @@ pub use error::StoreError;
 pub use queue_store::{CommitOutcome, QueueStore, Recovered, StoreOp};
 pub use record::{ContentType, MessageRecord};
 
-/// On-disk format version written into every store (catalog and queue
-/// stores). Bump it with a migration step in `migrations/`.
-pub const FORMAT_VERSION: u64 = 1;
+/// On-disk format of queue stores. Bump it with a step in `migrations/`.
+pub const QUEUE_FORMAT_VERSION: u64 = 2;
+
+/// On-disk format of the catalog. Bump it with a step in `migrations/`.
+pub const CATALOG_FORMAT_VERSION: u64 = 1;
 
 /// Page cache for one queue database. redb's default is 1 GiB per database,
 /// far too much when a server opens one file per queue.

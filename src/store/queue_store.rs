@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
+use super::migrate::{queue_store_v2::IDENTITY, upgrade_queue_store};
 use super::record::MessageRecord;
-use super::{StoreError, FORMAT_VERSION, QUEUE_CACHE_BYTES};
+use super::{StoreError, QUEUE_CACHE_BYTES, QUEUE_FORMAT_VERSION as FORMAT_VERSION};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
@@ -67,8 +68,9 @@ pub struct QueueStore {
 }
 
 impl QueueStore {
-    /// Opens (creating if needed) a queue's store and reads back every record.
-    pub fn open(path: &Path) -> Result<(QueueStore, Recovered), StoreError> {
+    /// Opens (creating if needed) a queue's store, upgrading an older format,
+    /// and reads back every record.
+    pub fn open(path: &Path, queue_id: &str) -> Result<(QueueStore, Recovered), StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -83,12 +85,12 @@ impl QueueStore {
             db,
             path: path.to_path_buf(),
         };
-        store.ensure_format()?;
+        store.ensure_format(queue_id)?;
         let recovered = store.load()?;
         Ok((store, recovered))
     }
 
-    fn ensure_format(&self) -> Result<(), StoreError> {
+    fn ensure_format(&self, queue_id: &str) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
             let mut meta = txn.open_table(META)?;
@@ -96,6 +98,7 @@ impl QueueStore {
             match found {
                 None => {
                     meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
+                    txn.open_table(IDENTITY)?.insert("queue_id", queue_id)?;
                 }
                 Some(v) if v > FORMAT_VERSION => {
                     return Err(StoreError::TooNew {
@@ -104,13 +107,33 @@ impl QueueStore {
                         supported: FORMAT_VERSION,
                     })
                 }
-                Some(_) => {}
+                Some(v) if v < FORMAT_VERSION => {
+                    upgrade_queue_store(&txn, v, FORMAT_VERSION, queue_id)?;
+                    meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
+                    tracing::info!(path = %self.path.display(), from = v, to = FORMAT_VERSION, "upgraded queue store format");
+                }
+                Some(_) => {
+                    let identity = txn.open_table(IDENTITY)?;
+                    let found = identity.get("queue_id")?.map(|v| v.value().to_owned());
+                    if let Some(found) = found.filter(|f| f != queue_id) {
+                        return Err(StoreError::WrongQueue {
+                            path: self.path.clone(),
+                            found,
+                            expected: queue_id.to_owned(),
+                        });
+                    }
+                }
             }
             txn.open_table(MESSAGES)?;
             txn.open_table(BODIES)?;
         }
         txn.commit()?;
         Ok(())
+    }
+
+    /// The store's format version (for inspect).
+    pub fn format_version(&self) -> u64 {
+        FORMAT_VERSION
     }
 
     fn load(&self) -> Result<Recovered, StoreError> {
@@ -217,7 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.redb");
         {
-            let (store, rec) = QueueStore::open(&path).unwrap();
+            let (store, rec) = QueueStore::open(&path, "q").unwrap();
             assert!(rec.records.is_empty());
             let out = store
                 .commit(
@@ -241,12 +264,12 @@ mod tests {
                 .unwrap();
             assert_eq!(out.reads, vec![Some(b"b".to_vec()), None]);
         }
-        let (store, rec) = QueueStore::open(&path).unwrap();
+        let (store, rec) = QueueStore::open(&path, "q").unwrap();
         assert_eq!(rec.records, vec![(1, record(11))]);
         assert_eq!(rec.next_seq, 2);
         store.commit(vec![StoreOp::DeleteAll], 2).unwrap();
         drop(store);
-        let (_, rec) = QueueStore::open(&path).unwrap();
+        let (_, rec) = QueueStore::open(&path, "q").unwrap();
         assert!(rec.records.is_empty());
         assert_eq!(rec.next_seq, 2, "the high-water mark survives a purge");
     }
