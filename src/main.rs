@@ -10,10 +10,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let json_logs = match &cli.command {
-        Some(Command::Serve(args)) => args.log_format == "json",
-        _ => cli.serve.log_format == "json",
+    let serve = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+        Some(client_command) => return hopper::cli::run_client(client_command),
     };
+    let json_logs = serve.log_format == "json";
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if json_logs {
         tracing_subscriber::fmt()
@@ -27,10 +29,6 @@ fn main() -> std::process::ExitCode {
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(panic = %info, "a thread panicked");
     }));
-    let serve = match cli.command {
-        Some(Command::Serve(args)) => args,
-        None => cli.serve,
-    };
     let result = actix_web::rt::System::new().block_on(hopper::server::run(serve.into_config()));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,4 +1,7 @@
-//! Command-line interface. `hopper` alone is `hopper serve`.
+//! Command-line interface. `hopper` alone is `hopper serve`; every other
+//! command is a client of a running server's HTTP API.
+
+pub mod client;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +27,152 @@ pub struct Cli {
 pub enum Command {
     /// Run the server (the default).
     Serve(ServeArgs),
+    /// Manage queues and their consumers (wrangler's `queues` commands).
+    Queues {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(subcommand)]
+        command: client::QueuesCommand,
+    },
+    /// Send one message to a queue.
+    Send {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        queue: String,
+        /// The body: JSON unless --content-type says otherwise.
+        body: String,
+        #[arg(long, default_value = "json", value_parser = ["json", "text", "bytes"])]
+        content_type: String,
+        #[arg(long)]
+        delay_secs: Option<u64>,
+    },
+    /// Pull (lease) messages from a queue with an HTTP pull consumer.
+    Pull {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        queue: String,
+        #[arg(long)]
+        batch_size: Option<u64>,
+        #[arg(long)]
+        visibility_timeout_ms: Option<u64>,
+        /// Wait up to this long for messages (long polling).
+        #[arg(long)]
+        wait_ms: Option<u64>,
+    },
+    /// Acknowledge (or retry) pulled messages by lease id.
+    Ack {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        queue: String,
+        /// Lease ids to acknowledge.
+        leases: Vec<String>,
+        /// Lease ids to retry instead (repeat the flag).
+        #[arg(long = "retry")]
+        retries: Vec<String>,
+        #[arg(long)]
+        retry_delay_secs: Option<u64>,
+    },
+    /// Manage API tokens.
+    Tokens {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(subcommand)]
+        command: client::TokensCommand,
+    },
+    /// Manage functions (HTTP endpoints for push consumers).
+    Functions {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(subcommand)]
+        command: client::FunctionsCommand,
+    },
+}
+
+/// Runs a client command; returns the process exit code.
+pub fn run_client(command: Command) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hopper: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        let (args, run): (client::ClientArgs, _) = match command {
+            Command::Serve(_) => {
+                return Err(client::ClientError::Usage("serve is not a client command".into()));
+            }
+            Command::Queues { client, command } => {
+                let c = client::Client::new(client.clone())?;
+                (client, client::queues(&c, command).await)
+            }
+            Command::Send {
+                client,
+                queue,
+                body,
+                content_type,
+                delay_secs,
+            } => {
+                let c = client::Client::new(client.clone())?;
+                (
+                    client,
+                    client::send(&c, &queue, &body, &content_type, delay_secs).await,
+                )
+            }
+            Command::Pull {
+                client,
+                queue,
+                batch_size,
+                visibility_timeout_ms,
+                wait_ms,
+            } => {
+                let c = client::Client::new(client.clone())?;
+                (
+                    client,
+                    client::pull(&c, &queue, batch_size, visibility_timeout_ms, wait_ms).await,
+                )
+            }
+            Command::Ack {
+                client,
+                queue,
+                leases,
+                retries,
+                retry_delay_secs,
+            } => {
+                let c = client::Client::new(client.clone())?;
+                (
+                    client,
+                    client::ack(&c, &queue, leases, retries, retry_delay_secs).await,
+                )
+            }
+            Command::Tokens { client, command } => {
+                let c = client::Client::new(client.clone())?;
+                (client, client::tokens(&c, command).await)
+            }
+            Command::Functions { client, command } => {
+                let c = client::Client::new(client.clone())?;
+                (client, client::functions(&c, command).await)
+            }
+        };
+        run.map(|output| (args.json, output))
+    });
+    match result {
+        Ok((true, output)) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&output.json).unwrap_or_default()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Ok((false, output)) => {
+            println!("{}", output.text);
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hopper: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
