@@ -22,6 +22,8 @@ pub enum Mount {
     Api,
     /// `/client/v4/user`, any valid token.
     User,
+    /// `/client/v4` routes that need any valid token.
+    ApiAuthed,
     /// `/client/v4/accounts/{account_id}`, token with the route's scope.
     Account,
     /// `/client/v4/accounts/{account_id}/queues/{queue_id}`.
@@ -34,6 +36,7 @@ impl Mount {
             Mount::Root => "",
             Mount::Api => "/client/v4",
             Mount::User => "/client/v4/user",
+            Mount::ApiAuthed => "/client/v4",
             Mount::Account => "/client/v4/accounts/{account_id}",
             Mount::Queue => "/client/v4/accounts/{account_id}/queues/{queue_id}",
         }
@@ -505,6 +508,9 @@ pub fn register(cfg: &mut web::ServiceConfig) {
     for r in resources(Mount::Api, &routes) {
         api = api.service(r);
     }
+    for r in resources(Mount::ApiAuthed, &routes) {
+        api = api.service(r.wrap(from_fn(auth::require_token)));
+    }
     let api = api.service(user).service(account);
     for r in resources(Mount::Root, &routes) {
         cfg.service(r);
@@ -544,7 +550,7 @@ pub fn openapi() -> Value {
     let mut paths: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     for r in table() {
         let full = format!("{}{}", r.mount.prefix(), r.path);
-        let secured = matches!(r.mount, Mount::User | Mount::Account | Mount::Queue) || r.path == "/metrics";
+        let secured = matches!(r.mount, Mount::User | Mount::ApiAuthed | Mount::Account | Mount::Queue) || r.path == "/metrics";
         let mut op = json!({
             "summary": r.summary,
             "operationId": format!("{}{}", r.method.to_lowercase(), full.replace(['/', '{', '}', '.'], "_")),

@@ -158,3 +158,39 @@ pub fn parse_accounts(v: Option<&Value>) -> Result<Option<Vec<String>>, ApiError
         ))),
     }
 }
+
+fn account_list(req: &HttpRequest) -> Result<Vec<String>, ApiError> {
+    // A token limited to accounts lists them; an unrestricted one lists none
+    // (accounts exist implicitly), so wrangler asks for CLOUDFLARE_ACCOUNT_ID.
+    Ok(caller(req)?.accounts.unwrap_or_default())
+}
+
+fn page_info(n: u64) -> ResultInfo {
+    ResultInfo {
+        page: 1,
+        per_page: n.max(20),
+        count: n,
+        total_count: n,
+        total_pages: 1,
+    }
+}
+
+/// `GET /accounts`: the accounts this token is limited to.
+pub async fn accounts(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let list: Vec<Value> = account_list(&req)?
+        .into_iter()
+        .map(|id| json!({"id": id, "name": id}))
+        .collect();
+    let n = list.len() as u64;
+    Ok(ok_list(list, page_info(n)))
+}
+
+/// `GET /memberships`: the same accounts, as Cloudflare's memberships.
+pub async fn memberships(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let list: Vec<Value> = account_list(&req)?
+        .into_iter()
+        .map(|id| json!({"id": id, "status": "accepted", "account": {"id": id, "name": id}}))
+        .collect();
+    let n = list.len() as u64;
+    Ok(ok_list(list, page_info(n)))
+}
