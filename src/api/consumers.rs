@@ -8,10 +8,6 @@ use super::AppState;
 use crate::broker::registry::{CreateConsumer, DeleteConsumer, UpdateConsumer};
 use crate::broker::BrokerError;
 
-fn mailbox_error(_: actix::MailboxError) -> ApiError {
-    ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
-}
-
 pub async fn list(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
@@ -52,8 +48,7 @@ pub async fn create(
             queue_id: id.clone(),
             body,
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     let (record, _) = state.registry.queue(&account, &id)?;
     Ok(ok(consumer.to_api(&record.queue_id, &record.queue_name)))
 }
@@ -87,8 +82,7 @@ pub async fn put(
             consumer_id,
             body,
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     let (record, _) = state.registry.queue(&account, &id)?;
     Ok(ok(consumer.to_api(&record.queue_id, &record.queue_name)))
 }
@@ -107,7 +101,6 @@ pub async fn delete(
             queue_id: id,
             consumer_id,
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     Ok(ok(Value::Null))
 }

@@ -73,6 +73,13 @@ impl ApiError {
     }
 }
 
+/// The registry actor did not answer (it is gone: the server is stopping).
+impl From<actix::MailboxError> for ApiError {
+    fn from(_: actix::MailboxError) -> Self {
+        ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError::Broker(BrokerError::Store(e))

@@ -15,10 +15,6 @@ fn valid_function_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
 }
 
-fn mailbox_error(_: actix::MailboxError) -> ApiError {
-    ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
-}
-
 pub async fn list(state: web::Data<AppState>, account: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let all: Vec<Value> = state
         .registry
@@ -85,8 +81,7 @@ pub async fn put(
             timeout_ms,
             secret,
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     Ok(ok(record.to_api()))
 }
 
@@ -99,7 +94,6 @@ pub async fn delete(
         .registry
         .addr
         .send(DeleteFunction { account, name })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     Ok(ok(Value::Null))
 }

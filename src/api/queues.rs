@@ -7,13 +7,8 @@ use super::error::ApiError;
 use super::AppState;
 use crate::broker::queue::{GetMetrics, GetPurgeStatus, Inspect, PurgeAll};
 use crate::broker::registry::{CreateQueue, DeleteQueue, UpdateQueue};
-use crate::broker::BrokerError;
 
 type Path2 = web::Path<(String, String)>;
-
-fn mailbox_error(_: actix::MailboxError) -> ApiError {
-    ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
-}
 
 pub async fn list(
     state: web::Data<AppState>,
@@ -79,8 +74,7 @@ pub async fn create(
             name,
             settings: body.get("settings").cloned().unwrap_or(Value::Null),
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     Ok(ok(record.to_api()))
 }
 
@@ -110,8 +104,7 @@ async fn update(
             settings: body.get("settings").cloned().unwrap_or(Value::Null),
             full,
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     Ok(ok(record.to_api()))
 }
 
@@ -141,8 +134,7 @@ pub async fn delete(state: web::Data<AppState>, path: Path2) -> Result<HttpRespo
             account,
             queue_id: id,
         })
-        .await
-        .map_err(mailbox_error)??;
+        .await??;
     Ok(ok(Value::Null))
 }
 

@@ -550,7 +550,10 @@ pub fn openapi() -> Value {
     let mut paths: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     for r in table() {
         let full = format!("{}{}", r.mount.prefix(), r.path);
-        let secured = matches!(r.mount, Mount::User | Mount::ApiAuthed | Mount::Account | Mount::Queue) || r.path == "/metrics";
+        let secured = matches!(
+            r.mount,
+            Mount::User | Mount::ApiAuthed | Mount::Account | Mount::Queue
+        ) || r.path == "/metrics";
         let mut op = json!({
             "summary": r.summary,
             "operationId": format!("{}{}", r.method.to_lowercase(), full.replace(['/', '{', '}', '.'], "_")),

@@ -30,10 +30,6 @@ fn require_full_access(req: &HttpRequest) -> Result<Caller, ApiError> {
     Ok(c)
 }
 
-fn mailbox_error(_: actix::MailboxError) -> ApiError {
-    ApiError::Broker(BrokerError::ActorUnavailable("registry".into()))
-}
-
 /// A new token value: 256 random bits.
 pub fn generate_token_value() -> Result<String, ApiError> {
     let mut raw = [0u8; 32];
@@ -89,12 +85,7 @@ pub async fn create(
         last_used_on: None,
         from_config: false,
     };
-    state
-        .registry
-        .addr
-        .send(PutToken(record.clone()))
-        .await
-        .map_err(mailbox_error)??;
+    state.registry.addr.send(PutToken(record.clone())).await??;
     let mut out = record.to_api();
     out["value"] = Value::String(value);
     Ok(ok(out))
@@ -110,12 +101,7 @@ pub async fn delete(
     if !valid_object_id(&id) {
         return Err(BrokerError::TokenNotFound(id).into());
     }
-    state
-        .registry
-        .addr
-        .send(DeleteToken { id: id.clone() })
-        .await
-        .map_err(mailbox_error)??;
+    state.registry.addr.send(DeleteToken { id: id.clone() }).await??;
     Ok(ok(json!({"id": id})))
 }
 

@@ -383,6 +383,29 @@ fn start_sink(stats: Arc<Stats>) -> String {
     url
 }
 
+/// Registers the sink as function `name` and creates queue `name`.
+async fn function_queue(target: &Target, name: &str, url: &str) -> String {
+    let _ = target
+        .client
+        .put(format!("{}/functions/{name}", target.base()))
+        .bearer_auth(&target.token)
+        .json(&json!({"url": url, "timeout_ms": 30000}))
+        .send()
+        .await;
+    target.create_queue(name, false).await.expect("queue")
+}
+
+async fn attach_worker(target: &Target, queue: &str, function: &str, batch_size: usize) {
+    target
+        .call(
+            &format!("/queues/{queue}/consumers"),
+            &json!({"type": "worker", "script_name": function,
+                    "settings": {"batch_size": batch_size, "max_wait_time_ms": 50}}),
+        )
+        .await
+        .expect("consumer");
+}
+
 /// Push delivery: producers send for `duration` at a steady pace while the
 /// queue's worker consumer delivers to the in-process sink.
 async fn run_push(
@@ -396,22 +419,8 @@ async fn run_push(
     let stats = Stats::new();
     let url = start_sink(stats.clone());
     let name = format!("push{batch_size}-{run}");
-    let _ = target
-        .client
-        .put(format!("{}/functions/{name}", target.base()))
-        .bearer_auth(&target.token)
-        .json(&json!({"url": url, "timeout_ms": 30000}))
-        .send()
-        .await;
-    let q = target.create_queue(&name, false).await.expect("queue");
-    target
-        .call(
-            &format!("/queues/{q}/consumers"),
-            &json!({"type": "worker", "script_name": name,
-                    "settings": {"batch_size": batch_size, "max_wait_time_ms": 50}}),
-        )
-        .await
-        .expect("consumer");
+    let q = function_queue(&target, &name, &url).await;
+    attach_worker(&target, &q, &name, batch_size).await;
     let pad = "x".repeat(size.saturating_sub(30));
     let per_request = 10usize;
     let interval = Duration::from_secs_f64(per_request as f64 / rate as f64);
@@ -455,14 +464,7 @@ async fn run_push_drain(
     let stats = Stats::new();
     let url = start_sink(stats.clone());
     let name = format!("pushdrain{batch_size}-{run}");
-    let _ = target
-        .client
-        .put(format!("{}/functions/{name}", target.base()))
-        .bearer_auth(&target.token)
-        .json(&json!({"url": url, "timeout_ms": 30000}))
-        .send()
-        .await;
-    let q = target.create_queue(&name, false).await.expect("queue");
+    let q = function_queue(&target, &name, &url).await;
     let pad = "x".repeat(size.saturating_sub(30));
     let t = now_us();
     let body = json!({"messages": (0..100).map(|_| json!({"body": {"t": t, "p": pad}})).collect::<Vec<_>>()});
@@ -473,14 +475,7 @@ async fn run_push_drain(
             .expect("fill");
     }
     let started = Instant::now();
-    target
-        .call(
-            &format!("/queues/{q}/consumers"),
-            &json!({"type": "worker", "script_name": name,
-                    "settings": {"batch_size": batch_size, "max_wait_time_ms": 50}}),
-        )
-        .await
-        .expect("consumer");
+    attach_worker(&target, &q, &name, batch_size).await;
     let want = (backlog.div_ceil(100) * 100) as u64;
     let deadline = Instant::now() + Duration::from_secs(120);
     while stats.messages.load(Ordering::Relaxed) < want && Instant::now() < deadline {

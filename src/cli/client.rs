@@ -447,6 +447,17 @@ async fn pause(c: &Client, name: &str, paused: bool) -> Result<Output, ClientErr
     Ok(out(format!("{verb} delivery on queue {name}"), q))
 }
 
+async fn delete_consumer(c: &Client, queue: &Value, consumer: &Value) -> Result<(), ClientError> {
+    let path = format!(
+        "/queues/{}/consumers/{}",
+        Client::queue_id(queue),
+        s(&consumer["consumer_id"])
+    );
+    c.call(reqwest::Method::DELETE, c.account_url(&path), None)
+        .await?;
+    Ok(())
+}
+
 async fn consumer(c: &Client, cmd: ConsumerCommand) -> Result<Output, ClientError> {
     use reqwest::Method as M;
     match cmd {
@@ -489,16 +500,7 @@ async fn consumer(c: &Client, cmd: ConsumerCommand) -> Result<Output, ClientErro
                 .and_then(|l| l.iter().find(|x| x["type"] == "http_pull"))
                 .cloned()
                 .ok_or_else(|| ClientError::Usage(format!("queue {queue} has no HTTP pull consumer")))?;
-            c.call(
-                M::DELETE,
-                c.account_url(&format!(
-                    "/queues/{}/consumers/{}",
-                    Client::queue_id(&q),
-                    s(&cons["consumer_id"])
-                )),
-                None,
-            )
-            .await?;
+            delete_consumer(c, &q, &cons).await?;
             Ok(out(
                 format!("Removed the HTTP pull consumer from queue {queue}"),
                 cons,
@@ -546,16 +548,7 @@ async fn consumer(c: &Client, cmd: ConsumerCommand) -> Result<Output, ClientErro
                 .ok_or_else(|| {
                     ClientError::Usage(format!("queue {queue} has no consumer for {script_name}"))
                 })?;
-            c.call(
-                M::DELETE,
-                c.account_url(&format!(
-                    "/queues/{}/consumers/{}",
-                    Client::queue_id(&q),
-                    s(&cons["consumer_id"])
-                )),
-                None,
-            )
-            .await?;
+            delete_consumer(c, &q, &cons).await?;
             Ok(out(
                 format!("Removed consumer {script_name} from queue {queue}"),
                 cons,
