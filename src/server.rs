@@ -126,11 +126,11 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     let queue_arbiters: Vec<_> = (0..threads(config.queue_threads))
         .map(|_| Arbiter::new().handle())
         .collect();
-    let registry = Registry::start(
-        config.data_dir.clone(),
-        queue_arbiters.clone(),
-        config.push_max_concurrency,
-    )?;
+    let limits = crate::broker::queue::QueueLimits {
+        push_ceiling: config.push_max_concurrency,
+        max_pending_bytes: config.queue_max_pending_bytes,
+    };
+    let registry = Registry::start(config.data_dir.clone(), queue_arbiters.clone(), limits)?;
     ensure_root_token(&registry, &config).await?;
     if let (Some(declared), Some(path)) = (&declared, &config.config_file) {
         let applied = crate::provision::apply(&registry, declared)

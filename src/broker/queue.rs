@@ -36,6 +36,17 @@ use crate::store::{CommitOutcome, ContentType, MessageRecord, QueueStore, StoreE
 const MAX_WAITERS: usize = 10_000;
 /// Messages the actor will accept into its mailbox before senders wait.
 const MAILBOX_CAPACITY: usize = 4096;
+/// Mailbox slots kept for internal messages (configuration, timers, push).
+const MAILBOX_HEADROOM: usize = 256;
+
+/// Limits every queue actor applies.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueLimits {
+    /// Ceiling for push consumers' automatic concurrency.
+    pub push_ceiling: usize,
+    /// Message bytes waiting for (or in) a commit before sends get 429.
+    pub max_pending_bytes: usize,
+}
 /// Without a consumer, messages may still be delivered this many times.
 const DEFAULT_MAX_DELIVERIES: u32 = 4;
 
@@ -63,6 +74,7 @@ pub struct QueueConfig {
 #[derive(Clone)]
 pub struct QueueHandle {
     pub addr: Addr<QueueActor>,
+    queue_id: Arc<str>,
     depth: Arc<AtomicUsize>,
     recovery: Arc<std::sync::atomic::AtomicU8>,
 }
@@ -95,7 +107,11 @@ impl QueueHandle {
         QueueActor: Handler<M>,
         M::Result: Send,
     {
-        self.depth.fetch_add(1, Ordering::Relaxed);
+        // Refuse rather than queue without bound: the client retries later.
+        if self.depth.fetch_add(1, Ordering::Relaxed) >= MAILBOX_CAPACITY - MAILBOX_HEADROOM {
+            self.depth.fetch_sub(1, Ordering::Relaxed);
+            return Err(BrokerError::Overloaded(self.queue_id.to_string()));
+        }
         match self.addr.send(msg).await {
             Ok(result) => M::into_result(result),
             Err(_) => {
@@ -357,8 +373,11 @@ pub struct QueueActor {
     state: QueueState,
     signer: Arc<LeaseSigner>,
     registry: RegistryHandle,
-    push_ceiling: usize,
+    limits: QueueLimits,
     push: Option<PushChild>,
+    /// Body bytes in the open batch and in the commit in flight.
+    batch_bytes: usize,
+    inflight_bytes: usize,
     depth: Arc<AtomicUsize>,
     recovery: Arc<std::sync::atomic::AtomicU8>,
     batch: CommitBatch,
@@ -387,9 +406,10 @@ impl QueueActor {
         path: PathBuf,
         signer: Arc<LeaseSigner>,
         registry: RegistryHandle,
-        push_ceiling: usize,
+        limits: QueueLimits,
         arbiter: &ArbiterHandle,
     ) -> QueueHandle {
+        let queue_id = config.queue_id.clone();
         let depth = Arc::new(AtomicUsize::new(0));
         let actor_depth = depth.clone();
         let recovery = Arc::new(std::sync::atomic::AtomicU8::new(RECOVERY_LOADING));
@@ -401,8 +421,10 @@ impl QueueActor {
             state: QueueState::default(),
             signer,
             registry,
-            push_ceiling,
+            limits,
             push: None,
+            batch_bytes: 0,
+            inflight_bytes: 0,
             depth: actor_depth,
             recovery: actor_recovery,
             batch: CommitBatch::default(),
@@ -425,6 +447,7 @@ impl QueueActor {
         });
         QueueHandle {
             addr,
+            queue_id: Arc::from(queue_id.as_str()),
             depth,
             recovery,
         }
@@ -549,6 +572,7 @@ impl QueueActor {
             return;
         };
         let batch = std::mem::take(&mut self.batch);
+        self.inflight_bytes = std::mem::take(&mut self.batch_bytes);
         let next_seq = self.state.next_seq();
         let ops_len = batch.ops.len();
         self.committing = true;
@@ -561,6 +585,7 @@ impl QueueActor {
         };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             act.committing = false;
+            act.inflight_bytes = 0;
             act.last_commit_ops = ops_len;
             act.on_commit(result, completions, ctx);
             act.publish_metrics();
@@ -581,6 +606,7 @@ impl QueueActor {
                 tracing::error!(queue = %self.config.name, error = %e, disk_full, "commit failed; reloading queue state from disk");
                 self.last_error = Some((format!("commit failed: {e}"), now_ms()));
                 let pending = std::mem::take(&mut self.batch);
+                self.batch_bytes = 0;
                 for c in completions.into_iter().chain(pending.completions) {
                     self.fail(c, self.storage_error(e.to_string(), disk_full));
                 }
@@ -865,7 +891,7 @@ impl QueueActor {
                 self.config.account.clone(),
                 consumer.clone(),
                 self.registry.clone(),
-                self.push_ceiling,
+                self.limits.push_ceiling,
                 status.clone(),
             );
             self.push = Some(PushChild {
@@ -1088,6 +1114,8 @@ impl QueueActor {
                 "commits": self.commits,
                 "commit_in_flight": self.committing,
                 "pending_ops": self.batch.ops.len(),
+                "pending_bytes": self.batch_bytes + self.inflight_bytes,
+                "max_pending_bytes": self.limits.max_pending_bytes,
                 "healthy": self.broken.is_none() && self.store.is_some(),
                 "error": self.broken,
             },
@@ -1120,6 +1148,14 @@ impl Handler<SendMessages> for QueueActor {
             let _ = tx.send(Err(e));
             return reply_future(rx, self.config.name.clone());
         }
+        let incoming: usize = msg.messages.iter().map(|m| m.body.len()).sum();
+        let pending = self.batch_bytes + self.inflight_bytes;
+        if pending > 0 && pending + incoming > self.limits.max_pending_bytes {
+            // The disk is not keeping up: push back instead of buffering.
+            let _ = tx.send(Err(BrokerError::Overloaded(self.config.name.clone())));
+            return reply_future(rx, self.config.name.clone());
+        }
+        self.batch_bytes += incoming;
         let now = now_ms();
         let default_delay = self.config.settings.delivery_delay;
         let count = msg.messages.len() as u64;

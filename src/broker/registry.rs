@@ -18,7 +18,7 @@ use super::model::{
     iso_now, new_id, valid_queue_name, ConsumerRecord, ConsumerSettings, ConsumerSpec, FunctionRecord,
     QueueRecord, QueueSettings, TokenRecord,
 };
-use super::queue::{Configure, Drain, QueueActor, QueueConfig, QueueHandle, Stop};
+use super::queue::{Configure, Drain, QueueActor, QueueConfig, QueueHandle, QueueLimits, Stop};
 use super::BrokerError;
 use crate::store::catalog::{CatalogChange, CatalogTable};
 use crate::store::{Catalog, StoreError};
@@ -180,7 +180,7 @@ impl RegistryHandle {
 pub struct Registry {
     /// This registry as the queue actors see it.
     handle: RegistryHandle,
-    push_ceiling: usize,
+    limits: QueueLimits,
     catalog: Arc<Catalog>,
     index: Arc<RwLock<Index>>,
     data_dir: PathBuf,
@@ -195,7 +195,7 @@ impl Registry {
     pub fn start(
         data_dir: PathBuf,
         queue_arbiters: Vec<ArbiterHandle>,
-        push_ceiling: usize,
+        limits: QueueLimits,
     ) -> Result<RegistryHandle, StoreError> {
         let catalog = Catalog::open(&data_dir)?;
         let signer = Arc::new(LeaseSigner::new(catalog.secret("lease_key")?));
@@ -218,7 +218,7 @@ impl Registry {
                     addr: ctx.address(),
                     index: shared_index.clone(),
                 },
-                push_ceiling,
+                limits,
                 catalog,
                 index: shared_index,
                 data_dir,
@@ -266,7 +266,7 @@ impl Registry {
             self.queue_path(&record.queue_id),
             self.signer.clone(),
             registry,
-            self.push_ceiling,
+            self.limits,
             arbiter,
         );
         let mut index = self.write_index();

@@ -197,6 +197,10 @@ pub struct ServeArgs {
     /// behind TLS or a private network before allowing this.
     #[arg(long, env = "HOPPER_ALLOW_REMOTE")]
     pub allow_remote: bool,
+    /// Message bytes a queue holds waiting for the disk before sends get
+    /// 429 (code 10250) with Retry-After.
+    #[arg(long, env = "HOPPER_QUEUE_MAX_PENDING_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub queue_max_pending_bytes: usize,
     /// Serve /metrics without a token.
     #[arg(long, env = "HOPPER_METRICS_PUBLIC")]
     pub metrics_public: bool,
@@ -224,6 +228,7 @@ impl ServeArgs {
             push_max_concurrency: self.push_max_concurrency.max(1),
             allow_remote: self.allow_remote,
             metrics_public: self.metrics_public,
+            queue_max_pending_bytes: self.queue_max_pending_bytes,
         }
     }
 }

@@ -18,6 +18,8 @@ pub struct ServeConfig {
     pub queue_threads: usize,
     /// Ceiling for push consumers' automatic concurrency (batches in flight).
     pub push_max_concurrency: usize,
+    /// Uncommitted message bytes per queue before sends get 429.
+    pub queue_max_pending_bytes: usize,
     /// Serve /metrics without a token.
     pub metrics_public: bool,
     /// Allow a non-loopback listen address.
