@@ -510,6 +510,7 @@ impl QueueActor {
     fn open_store(&mut self, ctx: &mut Context<Self>) {
         let path = self.path.clone();
         let queue_id = self.config.queue_id.clone();
+        let panic_path = self.path.clone();
         let open = async move {
             tokio::task::spawn_blocking(move || {
                 // A reopen can race the last holder of the old handle.
@@ -528,7 +529,17 @@ impl QueueActor {
                 }
             })
             .await
-            .map_err(|_| StoreError::TaskAborted)?
+            .map_err(|e| {
+                if e.is_panic() {
+                    // redb may panic on a file altered behind its back.
+                    StoreError::Damaged {
+                        path: panic_path,
+                        detail: "it panicked while opening the file".into(),
+                    }
+                } else {
+                    StoreError::TaskAborted
+                }
+            })?
         };
         ctx.wait(open.into_actor(self).map(|result, act, ctx| match result {
             Ok((store, recovered)) => {
@@ -544,7 +555,7 @@ impl QueueActor {
                 act.tick(ctx);
             }
             Err(e) => {
-                tracing::error!(queue = %act.config.name, queue_id = %act.config.queue_id, error = %e, "queue store failed to open; the queue refuses requests until restart");
+                tracing::error!(account = %act.config.account, queue = %act.config.name, queue_id = %act.config.queue_id, error = %e, "queue store failed to open; this queue refuses requests until it is repaired and the server restarted; other queues are unaffected");
                 act.broken = Some(e.to_string());
                 act.recovery.store(RECOVERY_FAILED, Ordering::Release);
             }

@@ -40,6 +40,8 @@ pub enum StoreError {
     Json(#[from] serde_json::Error),
     #[error("storage task stopped before finishing")]
     TaskAborted,
+    #[error("store {path} is damaged: the storage engine failed while reading it ({detail}); restore it from a backup or move it aside")]
+    Damaged { path: PathBuf, detail: String },
 }
 
 impl StoreError {
