@@ -104,7 +104,10 @@ mod tests {
             super::route_label("/client/v4/accounts/acme/queues/0123/messages/pull"),
             "/client/v4/accounts/{account_id}/queues/{queue_id}/messages/pull"
         );
-        assert_eq!(super::route_label("/client/v4/user/tokens/verify"), "/client/v4/user/tokens/verify");
+        assert_eq!(
+            super::route_label("/client/v4/user/tokens/verify"),
+            "/client/v4/user/tokens/verify"
+        );
         assert_eq!(super::route_label("/metrics"), "/metrics");
     }
 

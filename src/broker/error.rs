@@ -50,7 +50,7 @@ pub enum BrokerError {
     Store(#[from] StoreError),
     /// A commit failed; every request in it gets this. Nothing it carried
     /// was confirmed, and the queue reloads its state from disk.
-    #[error("storage failure on queue {queue}: {message}")]
+    #[error("storage failure on queue {queue}: {message}; nothing from this request was stored")]
     StorageFailure {
         queue: String,
         message: String,

@@ -394,6 +394,8 @@ pub struct QueueActor {
     purge_started_at: Option<String>,
     purge_complete: bool,
     broken: Option<String>,
+    /// Failed attempts to open the store since it last opened.
+    open_failures: u64,
     last_error: Option<(String, u64)>,
     drainers: Vec<oneshot::Sender<()>>,
     recovered_at: Option<Instant>,
@@ -441,6 +443,7 @@ impl QueueActor {
             purge_started_at: None,
             purge_complete: true,
             broken: None,
+            open_failures: 0,
             last_error: None,
             drainers: Vec::new(),
             recovered_at: None,
@@ -548,6 +551,10 @@ impl QueueActor {
                 act.store_bytes = store.file_bytes();
                 act.store = Some(Arc::new(store));
                 act.broken = None;
+                if act.open_failures > 0 {
+                    tracing::info!(queue = %act.config.name, attempts = act.open_failures, "queue store reopened");
+                }
+                act.open_failures = 0;
                 act.recovered_at = Some(Instant::now());
                 act.recovery.store(RECOVERY_READY, Ordering::Release);
                 act.sync_push_child(ctx);
@@ -555,9 +562,22 @@ impl QueueActor {
                 act.tick(ctx);
             }
             Err(e) => {
-                tracing::error!(account = %act.config.account, queue = %act.config.name, queue_id = %act.config.queue_id, error = %e, "queue store failed to open; this queue refuses requests until it is repaired and the server restarted; other queues are unaffected");
+                let permanent = e.is_permanent();
+                if act.open_failures == 0 || permanent {
+                    tracing::error!(account = %act.config.account, queue = %act.config.name, queue_id = %act.config.queue_id, error = %e, retrying = !permanent, "queue store failed to open; this queue refuses requests meanwhile; other queues are unaffected");
+                }
+                act.open_failures += 1;
                 act.broken = Some(e.to_string());
                 act.recovery.store(RECOVERY_FAILED, Ordering::Release);
+                if !permanent {
+                    // Transient (a full disk, I/O errors): try again, up to every 5 s.
+                    let delay = Duration::from_millis((250 * act.open_failures).min(5000));
+                    ctx.run_later(delay, |act, ctx| {
+                        if act.store.is_none() {
+                            act.open_store(ctx);
+                        }
+                    });
+                }
             }
         }));
     }

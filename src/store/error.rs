@@ -45,6 +45,29 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Errors that retrying cannot fix: the file needs a person.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            StoreError::TooNew { .. }
+                | StoreError::WrongQueue { .. }
+                | StoreError::Damaged { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::NoMigration { .. }
+                | StoreError::Open {
+                    source: redb::DatabaseError::UpgradeRequired(_),
+                    ..
+                }
+        ) || matches!(
+            self,
+            StoreError::Storage(redb::StorageError::Corrupted(_))
+                | StoreError::Open {
+                    source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(_)),
+                    ..
+                }
+        )
+    }
+
     /// True when the underlying failure is a full disk, which the API reports
     /// as 507 rather than as an internal error.
     pub fn is_disk_full(&self) -> bool {
