@@ -38,14 +38,14 @@ async fn producer(
     base: String,
     token: String,
     queue: String,
-    worker: usize,
+    worker: String,
     round: usize,
     ledger: Arc<Mutex<Ledger>>,
 ) {
     let client = reqwest::Client::new();
     for n in 0.. {
         let batch: Vec<Value> = (0..5)
-            .map(|i| json!({"body": {"k": format!("r{round}-p{worker}-{n}-{i}")}}))
+            .map(|i| json!({"body": {"k": format!("r{round}-{worker}-{n}-{i}")}}))
             .collect();
         let keys: Vec<String> = batch
             .iter()
@@ -158,27 +158,81 @@ async fn drain(s: &Server, queue: &str, ledger: &Arc<Mutex<Ledger>>) {
     panic!("queue did not drain");
 }
 
+/// A small deterministic RNG for kill timings; the seed is printed so a
+/// failing run can be replayed with HOPPER_CRASH_SEED.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// The crash loop: producers, pull consumers and a push consumer run while
+/// the server is killed with SIGKILL at random moments, `HOPPER_CRASH_CYCLES`
+/// times (default 4; `scripts/crash-loop.sh` runs 100). Then everything is
+/// drained and every message accounted for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
+    let cycles: usize = std::env::var("HOPPER_CRASH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let mut seed: u64 = std::env::var("HOPPER_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("crash loop: {cycles} cycles, seed {seed}");
     let tmp = tempfile::tempdir().unwrap();
     let mut s = Server::start_in(tmp.path(), Vec::new()).await;
     let queue = s.create_queue("crashy", json!({})).await;
     s.add_pull_consumer(&queue, json!({"max_retries": 100}), None)
         .await;
+    // the push side: a function that acks everything it receives
+    let function = common::function::Function::start();
+    let (status, _) = s
+        .call(
+            "PUT",
+            "/functions/sink",
+            Some(json!({"url": function.url, "timeout_ms": 2000})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let pushed = s.create_queue("crashy-push", json!({})).await;
+    let (status, v) = s
+        .post(
+            &format!("/queues/{pushed}/consumers"),
+            json!({"type": "worker", "script_name": "sink", "settings": {"batch_size": 10, "max_wait_time_ms": 20, "max_retries": 100}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
     let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let cycles = 4;
+    let push_ledger = Arc::new(Mutex::new(Ledger::default()));
     for round in 0..cycles {
         let mut tasks = Vec::new();
-        for w in 0..4 {
+        for w in 0..3 {
             tasks.push(tokio::spawn(producer(
                 s.base(),
                 s.token.clone(),
                 queue.clone(),
-                w,
+                format!("p{w}"),
                 round,
                 ledger.clone(),
             )));
         }
+        tasks.push(tokio::spawn(producer(
+            s.base(),
+            s.token.clone(),
+            pushed.clone(),
+            "push".into(),
+            round,
+            push_ledger.clone(),
+        )));
         for _ in 0..3 {
             tasks.push(tokio::spawn(consumer(
                 s.base(),
@@ -187,8 +241,9 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
                 ledger.clone(),
             )));
         }
-        // kill at a varying moment in the middle of the traffic
-        tokio::time::sleep(Duration::from_millis(400 + 250 * round as u64)).await;
+        // kill at a random moment in the traffic
+        let delay = 150 + next_random(&mut seed) % 900;
+        tokio::time::sleep(Duration::from_millis(delay)).await;
         s.kill9();
         for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(20), t).await;
@@ -196,6 +251,19 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
         s.spawn().await;
     }
     drain(&s, &queue, &ledger).await;
+    // the push queue drains through the function
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, m) = s.get(&format!("/queues/{pushed}/metrics")).await;
+        if m["result"]["backlog_count"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the push queue never drained: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let l = std::mem::take(&mut *ledger.lock().unwrap());
     let lost: Vec<&String> = l
@@ -205,16 +273,35 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
         .collect();
     let unexpected: Vec<&String> = l.delivered.keys().filter(|k| !l.attempted.contains(*k)).collect();
     let duplicates = l.delivered.values().filter(|n| **n > 1).count();
+    // push: every confirmed message reached the function at least once
+    let p = std::mem::take(&mut *push_ledger.lock().unwrap());
+    let mut received: HashMap<String, usize> = HashMap::new();
+    for (_, _, body) in function.messages() {
+        *received
+            .entry(body["k"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    let push_lost: Vec<&String> = p
+        .confirmed
+        .iter()
+        .filter(|k| !received.contains_key(*k))
+        .collect();
+    let push_unexpected: Vec<&String> = received.keys().filter(|k| !p.attempted.contains(*k)).collect();
+    let push_duplicates = received.values().filter(|n| **n > 1).count();
     eprintln!(
-        "confirmed {} attempted {} delivered {} acked {} duplicates {} lost {} acked-but-redelivered {} unexpected {}",
+        "crash loop: cycles {cycles} | pull: confirmed {} delivered {} acked {} lost {} acked-but-redelivered {} duplicates {} unexpected {} | push: confirmed {} received {} lost {} duplicates {} unexpected {}",
         l.confirmed.len(),
-        l.attempted.len(),
         l.delivered.len(),
         l.acked.len(),
-        duplicates,
         lost.len(),
         l.redelivered_after_ack.len(),
-        unexpected.len()
+        duplicates,
+        unexpected.len(),
+        p.confirmed.len(),
+        received.len(),
+        push_lost.len(),
+        push_duplicates,
+        push_unexpected.len(),
     );
     assert!(
         l.confirmed.len() > 100,
@@ -227,6 +314,15 @@ async fn kill9_during_concurrent_send_and_ack_loses_nothing() {
         l.redelivered_after_ack
     );
     assert!(unexpected.is_empty(), "unexpected: {unexpected:?}");
+    assert!(!p.confirmed.is_empty(), "no push traffic");
+    assert!(
+        push_lost.is_empty(),
+        "pushed messages confirmed but never delivered: {push_lost:?}"
+    );
+    assert!(
+        push_unexpected.is_empty(),
+        "unexpected pushed messages: {push_unexpected:?}"
+    );
     let (_, v) = s.get(&format!("/queues/{queue}/metrics")).await;
     assert_eq!(v["result"]["backlog_count"], 0);
 }
