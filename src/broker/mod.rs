@@ -9,6 +9,8 @@ pub mod push;
 pub mod queue;
 pub mod registry;
 pub mod state;
+#[cfg(test)]
+mod state_model;
 pub mod verdict;
 
 pub use error::BrokerError;
