@@ -165,6 +165,13 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     })
     .workers(threads(config.http_workers))
     .shutdown_timeout(config.shutdown_timeout_secs)
+    // Limits against slow or greedy clients (documented in RELIABILITY.md):
+    // headers must arrive within the header timeout (slowloris), each worker
+    // holds a bounded number of connections, idle keep-alives are closed.
+    .client_request_timeout(std::time::Duration::from_millis(config.header_timeout_ms))
+    .client_disconnect_timeout(std::time::Duration::from_secs(2))
+    .keep_alive(std::time::Duration::from_secs(75))
+    .max_connections(config.max_connections_per_worker)
     // Hopper handles SIGTERM/SIGINT itself: long polls are answered first,
     // so a drain does not wait out their timeouts.
     .disable_signals()

@@ -8,6 +8,9 @@ use serde_json::{Map, Value};
 use super::error::ApiError;
 use crate::broker::model::valid_object_id;
 
+/// Time allowed to receive a whole request body once its headers arrived.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The largest request body accepted. A batch holds at most 256 KB of
 /// message bodies; base64 and JSON escaping can inflate that several times.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
@@ -25,14 +28,21 @@ pub async fn json_object_or(
     mut payload: web::Payload,
     too_large: impl Fn(usize) -> ApiError,
 ) -> Result<Map<String, Value>, ApiError> {
-    let mut bytes = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::InvalidBody(format!("could not read request body: {e}")))?;
-        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(too_large(bytes.len() + chunk.len()));
+    let read = async {
+        let mut bytes = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::InvalidBody(format!("could not read request body: {e}")))?;
+            if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(too_large(bytes.len() + chunk.len()));
+            }
+            bytes.extend_from_slice(&chunk);
         }
-        bytes.extend_from_slice(&chunk);
-    }
+        Ok(bytes)
+    };
+    let bytes = tokio::time::timeout(BODY_TIMEOUT, read)
+        .await
+        .map_err(|_| ApiError::BodyTimeout(BODY_TIMEOUT.as_secs()))??;
     parse_object(&bytes)
 }
 

@@ -29,6 +29,8 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("request body is larger than {0} bytes")]
     BodyTooLarge(usize),
+    #[error("the request body did not arrive within {0} s")]
+    BodyTimeout(u64),
 }
 
 impl ApiError {
@@ -69,6 +71,7 @@ impl ApiError {
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, 7000),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, 7001),
             ApiError::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, 10205),
+            ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, 10207),
         }
     }
 }

@@ -102,8 +102,18 @@ impl RegistryHandle {
         out
     }
 
+    /// Finds a token by the hash of its value, comparing every stored hash
+    /// in constant time (no early exit on the first differing byte).
     pub fn token_by_hash(&self, hash: &str) -> Option<TokenRecord> {
-        self.read().tokens.values().find(|t| t.hash == hash).cloned()
+        use subtle::ConstantTimeEq;
+        let index = self.read();
+        let mut found = None;
+        for t in index.tokens.values() {
+            if bool::from(t.hash.as_bytes().ct_eq(hash.as_bytes())) {
+                found = Some(t.clone());
+            }
+        }
+        found
     }
 
     /// Notes a token's use; the registry writes it down periodically.

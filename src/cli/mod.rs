@@ -201,6 +201,12 @@ pub struct ServeArgs {
     /// 429 (code 10250) with Retry-After.
     #[arg(long, env = "HOPPER_QUEUE_MAX_PENDING_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub queue_max_pending_bytes: usize,
+    /// Milliseconds a client has to send its request headers (slowloris).
+    #[arg(long, env = "HOPPER_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Connections each HTTP worker holds at most.
+    #[arg(long, env = "HOPPER_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
     /// Serve /metrics without a token.
     #[arg(long, env = "HOPPER_METRICS_PUBLIC")]
     pub metrics_public: bool,
@@ -228,6 +234,8 @@ impl ServeArgs {
             push_max_concurrency: self.push_max_concurrency.max(1),
             allow_remote: self.allow_remote,
             metrics_public: self.metrics_public,
+            header_timeout_ms: self.header_timeout_ms.max(100),
+            max_connections_per_worker: self.max_connections.max(16),
             queue_max_pending_bytes: self.queue_max_pending_bytes,
         }
     }

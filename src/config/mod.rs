@@ -20,6 +20,10 @@ pub struct ServeConfig {
     pub push_max_concurrency: usize,
     /// Uncommitted message bytes per queue before sends get 429.
     pub queue_max_pending_bytes: usize,
+    /// Time a client has to send its request headers.
+    pub header_timeout_ms: u64,
+    /// Open connections one HTTP worker accepts before it stops accepting.
+    pub max_connections_per_worker: usize,
     /// Serve /metrics without a token.
     pub metrics_public: bool,
     /// Allow a non-loopback listen address.
