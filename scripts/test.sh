@@ -44,4 +44,7 @@ echo "==> wrangler (installed from npm) against the same server"
 HOPPER_URL="http://127.0.0.1:$port" HOPPER_TOKEN="$token" tests/wrangler/run.sh 2>&1 | tee /tmp/hopper-wrangler-test.log
 wrangler_passed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' /tmp/hopper-wrangler-test.log | tail -1 | awk '{print $1+0}')
 
+echo "==> API fuzzing (schemathesis against the server's OpenAPI document)"
+scripts/fuzz-api.sh 20
+
 echo "total: $((rust_passed + sdk_passed + wrangler_passed)) passed, 0 failed"

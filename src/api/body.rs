@@ -121,6 +121,27 @@ pub fn string_field<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes at all: an object or a clean error, never a panic.
+        #[test]
+        fn parsing_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_object(&bytes);
+        }
+
+        /// Arbitrary JSON-ish text shaped like messages, batches and acks.
+        #[test]
+        fn message_parsers_never_panic(text in "[\\[\\]{}\",:a-z0-9 .eE+-]{0,200}") {
+            if let Ok(map) = parse_object(text.as_bytes()) {
+                let v = Value::Object(map);
+                let _ = crate::broker::message::parse_message(&v, None);
+                let _ = crate::broker::message::parse_batch(&v);
+                let _ = crate::broker::model::ConsumerSpec::from_request(&v, None);
+                let _ = crate::broker::model::QueueSettings::default().patched(&v);
+            }
+        }
+    }
 
     #[test]
     fn classifies_bodies() {

@@ -307,6 +307,14 @@ max_retries = 5
 dead_letter_queue = "images-dlq"
 "#;
 
+    proptest::proptest! {
+        /// Arbitrary text: a config or an error, never a panic.
+        #[test]
+        fn parsing_arbitrary_text_never_panics(text in "[\\[\\]a-z_=\"0-9. \n#-]{0,300}") {
+            let _ = parse(&text, "fuzz.toml");
+        }
+    }
+
     #[test]
     fn the_spec_example_parses() {
         let f = parse(EXAMPLE, "x.toml").unwrap();
