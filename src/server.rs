@@ -156,10 +156,12 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
         env_root_hash: config.root_token.as_deref().map(hash_token),
         metrics,
         metrics_public: config.metrics_public,
+        body_budget: crate::api::limits::BodyBudget::new(config.max_inflight_body_bytes),
     });
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .wrap(actix_web::middleware::from_fn(crate::api::limits::body_budget))
             .wrap(actix_web::middleware::from_fn(crate::api::logging::request_span))
             .configure(routes)
     })

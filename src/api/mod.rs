@@ -7,6 +7,7 @@ pub mod consumers;
 pub mod envelope;
 pub mod error;
 pub mod functions;
+pub mod limits;
 pub mod logging;
 pub mod messages;
 pub mod metrics;
@@ -27,6 +28,8 @@ pub struct AppState {
     /// None when another recorder was already installed (tests in-process).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     pub metrics_public: bool,
+    /// Request bodies in flight, server-wide.
+    pub body_budget: limits::BodyBudget,
 }
 
 async fn no_route(req: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {

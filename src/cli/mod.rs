@@ -207,6 +207,9 @@ pub struct ServeArgs {
     /// Connections each HTTP worker holds at most.
     #[arg(long, env = "HOPPER_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Request body bytes in flight, server-wide, before requests get 429.
+    #[arg(long, env = "HOPPER_MAX_INFLIGHT_BODY_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_inflight_body_bytes: usize,
     /// Serve /metrics without a token.
     #[arg(long, env = "HOPPER_METRICS_PUBLIC")]
     pub metrics_public: bool,
@@ -234,6 +237,7 @@ impl ServeArgs {
             push_max_concurrency: self.push_max_concurrency.max(1),
             allow_remote: self.allow_remote,
             metrics_public: self.metrics_public,
+            max_inflight_body_bytes: self.max_inflight_body_bytes,
             header_timeout_ms: self.header_timeout_ms.max(100),
             max_connections_per_worker: self.max_connections.max(16),
             queue_max_pending_bytes: self.queue_max_pending_bytes,

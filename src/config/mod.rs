@@ -24,6 +24,8 @@ pub struct ServeConfig {
     pub header_timeout_ms: u64,
     /// Open connections one HTTP worker accepts before it stops accepting.
     pub max_connections_per_worker: usize,
+    /// Request body bytes in flight, server-wide, before requests get 429.
+    pub max_inflight_body_bytes: usize,
     /// Serve /metrics without a token.
     pub metrics_public: bool,
     /// Allow a non-loopback listen address.
