@@ -66,7 +66,57 @@ fn consumer_body(c: &ConsumerDecl) -> Value {
     })
 }
 
+/// Checks what only the running server can check (functions that consumers
+/// name), before anything is written: a bad file changes nothing.
+fn precheck(registry: &RegistryHandle, config: &LoadedConfig) -> Result<(), BrokerError> {
+    let mut problems = Vec::new();
+    for q in &config.file.queues {
+        let q = q.get_ref();
+        for c in &q.consumers {
+            let line = crate::config::file::line_of(&config.text, c.span().start);
+            let Some(script) = &c.get_ref().script_name else {
+                continue;
+            };
+            let declared = config
+                .file
+                .functions
+                .iter()
+                .any(|f| f.account.as_str() == q.account.as_str() && f.name.as_str() == script.as_str());
+            if !declared && registry.function(q.account.as_str(), script.as_str()).is_none() {
+                problems.push(format!(
+                    "line {line}: queue {:?}'s consumer names function {:?}, which is neither declared in [[functions]] nor registered in account {}",
+                    q.name.as_str(),
+                    script.as_str(),
+                    q.account.as_str()
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(BrokerError::InvalidRequest(format!(
+            "{}: {}",
+            config.path,
+            problems.join("; ")
+        )))
+    }
+}
+
+/// Every setting spelled out, for an update that must not reset any.
+fn full_settings(s: &ConsumerSettings) -> Value {
+    json!({
+        "batch_size": s.batch_size,
+        "max_retries": s.max_retries,
+        "retry_delay": s.retry_delay,
+        "max_wait_time_ms": s.max_wait_time_ms,
+        "max_concurrency": s.max_concurrency,
+        "visibility_timeout_ms": s.visibility_timeout_ms,
+    })
+}
+
 pub async fn apply(registry: &RegistryHandle, config: &LoadedConfig) -> Result<Applied, BrokerError> {
+    precheck(registry, config)?;
     let mut applied = Applied::default();
     let file = &config.file;
 
@@ -136,6 +186,7 @@ pub async fn apply(registry: &RegistryHandle, config: &LoadedConfig) -> Result<A
     }
 
     for q in &file.queues {
+        let q = q.get_ref();
         let account = q.account.as_str().to_owned();
         let name = q.name.as_str().to_owned();
         let settings = queue_settings(q);
@@ -176,16 +227,22 @@ pub async fn apply(registry: &RegistryHandle, config: &LoadedConfig) -> Result<A
                 }
             }
         };
-        let Some(decl) = q.consumers.first() else {
+        let Some(decl) = q.consumers.first().map(|c| c.get_ref()) else {
             continue;
         };
-        let body = consumer_body(decl);
+        let mut body = consumer_body(decl);
         let kind = if decl.kind.as_str() == "worker" {
             ConsumerType::Worker
         } else {
             ConsumerType::HttpPull
         };
-        let wanted_settings = ConsumerSettings::defaults(kind).patched(&body["settings"])?;
+        // Fields the file does not declare keep their current values.
+        let base = match &record.consumer {
+            Some(c) if c.kind == kind => c.settings.clone(),
+            _ => ConsumerSettings::defaults(kind),
+        };
+        let wanted_settings = base.patched(&body["settings"])?;
+        body["settings"] = full_settings(&wanted_settings);
         let wanted_script = decl.script_name.as_ref().map(|s| s.as_str().to_owned());
         let wanted_dlq = decl.dead_letter_queue.as_ref().map(|s| s.as_str().to_owned());
         match &record.consumer {

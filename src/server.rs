@@ -131,9 +131,31 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
         max_pending_bytes: config.queue_max_pending_bytes,
     };
     let registry = Registry::start(config.data_dir.clone(), queue_arbiters.clone(), limits)?;
-    ensure_root_token(&registry, &config).await?;
-    if let (Some(declared), Some(path)) = (&declared, &config.config_file) {
-        let applied = crate::provision::apply(&registry, declared)
+    // Let the registry start (and arm its timers) inside the runtime, even
+    // if what follows fails at once.
+    let _ = registry.addr.send(crate::broker::registry::Started).await;
+    let result = serve(&config, declared.as_ref(), &registry).await;
+    if result.is_ok() {
+        registry.drain_all().await;
+        for arbiter in queue_arbiters {
+            arbiter.stop();
+        }
+        tracing::info!("shutdown complete");
+    }
+    // On a failed start nothing was served and every write is committed:
+    // the process exits with the error and takes the queue threads along.
+    result
+}
+
+/// Everything after the actors are up: root token, config file, HTTP.
+async fn serve(
+    config: &ServeConfig,
+    declared: Option<&crate::config::file::LoadedConfig>,
+    registry: &RegistryHandle,
+) -> Result<(), ServerError> {
+    ensure_root_token(registry, config).await?;
+    if let (Some(declared), Some(path)) = (declared, &config.config_file) {
+        let applied = crate::provision::apply(registry, declared)
             .await
             .map_err(ServerError::Provision)?;
         tracing::info!(
@@ -191,10 +213,5 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     });
     server.await?;
     tracing::info!("HTTP front stopped; finishing commits");
-    registry.drain_all().await;
-    for arbiter in queue_arbiters {
-        arbiter.stop();
-    }
-    tracing::info!("shutdown complete");
     Ok(())
 }

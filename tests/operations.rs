@@ -110,8 +110,25 @@ async fn the_config_file_is_applied_idempotently_and_updates_what_changed() {
         )
         .await;
     assert_eq!(status, 200);
+    // an undeclared consumer field changed through the API is left alone
+    let jobs_id = jobs["queue_id"].as_str().unwrap();
+    let jobs_consumer = jobs["consumers"][0]["consumer_id"].as_str().unwrap();
+    let (status, v) = s
+        .call_as(
+            &s.token.clone(),
+            "PUT",
+            &format!("{}/client/v4/accounts/acme/queues/{jobs_id}/consumers/{jobs_consumer}", s.root()),
+            Some(json!({"type": "http_pull", "settings": {"batch_size": 7, "visibility_timeout_ms": 1234, "retry_delay": 9, "max_retries": 8}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
     std::fs::write(&config, CONFIG.replace("max_retries = 5", "max_retries = 6")).unwrap();
     s.restart().await;
+    let jobs_after = queue_named(&s, "acme", "jobs").await;
+    assert_eq!(
+        jobs_after["consumers"][0]["settings"]["max_retries"], 8,
+        "undeclared: left alone"
+    );
     let changed = queue_named(&s, "acme", "images").await;
     assert_eq!(changed["consumers"][0]["settings"]["max_retries"], 6);
     assert_eq!(
@@ -171,6 +188,44 @@ fn an_invalid_config_file_stops_the_start_naming_line_and_field() {
     let (code, text) = run_to_exit(&args, &[("TEST_POOL_TOKEN", "x")]);
     assert_ne!(code, 0);
     assert!(text.contains("TEST_THUMB_SECRET"), "{text}");
+}
+
+#[test]
+fn a_config_naming_a_missing_function_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("typo.toml");
+    std::fs::write(
+        &config,
+        CONFIG.replace("script_name = \"thumbnailer\"", "script_name = \"thumbnailr\""),
+    )
+    .unwrap();
+    let data = tmp.path().join("data");
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let env = [
+        ("TEST_POOL_TOKEN", "x"),
+        ("TEST_THUMB_SECRET", "y"),
+        ("HOPPER_ROOT_TOKEN", "r"),
+    ];
+    let (code, text) = run_to_exit(&args, &env);
+    assert_ne!(code, 0);
+    assert!(text.contains("thumbnailr") && text.contains("line 19"), "{text}");
+    assert!(!text.contains("queue created"), "nothing was applied: {text}");
+    // and the env check names every missing variable at once
+    std::fs::write(&config, CONFIG).unwrap();
+    let (code, text) = run_to_exit(&args, &[]);
+    assert_ne!(code, 0);
+    assert!(
+        text.contains("TEST_POOL_TOKEN") && text.contains("TEST_THUMB_SECRET"),
+        "{text}"
+    );
 }
 
 #[test]

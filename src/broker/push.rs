@@ -137,7 +137,8 @@ impl PushConsumer {
     }
 
     fn record_error(&self, message: String) {
-        tracing::warn!(queue = %self.queue_name, function = ?self.consumer.script_name, error = %message, "push delivery failed");
+        let function = self.consumer.script_name.as_deref().unwrap_or_default();
+        tracing::warn!(queue = %self.queue_name, function, error = %message, "push delivery failed");
         if let Ok(mut s) = self.status.lock() {
             s.last_error = Some(message);
             s.last_error_at_ms = Some(now_ms());
@@ -236,19 +237,22 @@ impl PushConsumer {
         let queue_name = self.queue_name.clone();
         let retry_delay = self.consumer.settings.retry_delay;
         let delivery = async move {
-            let reply = deliver(&client, &function, &queue_name, &leased).await;
+            let (reply, failure) = deliver(&client, &function, &queue_name, &leased).await;
             let ids: Vec<String> = leased.iter().map(|m| m.id.clone()).collect();
             let verdicts = decide(&ids, &reply, retry_delay);
             let (failed, error) = match &reply {
-                Reply::Http { status, .. } if (200..300).contains(status) => (false, None),
+                Reply::Http { status, body, .. } if (200..300).contains(status) => {
+                    if !body.iter().all(u8::is_ascii_whitespace) && !super::verdict::body_is_a_reply(body) {
+                        tracing::warn!(
+                            queue = %queue_name,
+                            url = %function.url,
+                            "function answered 2xx with a body that is not a reply object (acks/retries/ack_all/retry_all); acking the whole batch"
+                        );
+                    }
+                    (false, None)
+                }
                 Reply::Http { status, .. } => (true, Some(format!("function answered HTTP {status}"))),
-                Reply::NoResponse => (
-                    true,
-                    Some(format!(
-                        "no response from {} within {} ms (timeout or connection error)",
-                        function.url, function.timeout_ms
-                    )),
-                ),
+                Reply::NoResponse => (true, Some(failure.clone().unwrap_or_default())),
             };
             let mut outcome = PushOutcome::default();
             for (m, v) in leased.iter().zip(&verdicts) {
@@ -321,12 +325,13 @@ fn body_value(content_type: ContentType, body: &[u8]) -> Value {
     }
 }
 
+/// POSTs a batch. On no response, also says why (connect error or timeout).
 async fn deliver(
     client: &reqwest::Client,
     function: &FunctionRecord,
     queue: &str,
     batch: &[PushedMessage],
-) -> Reply {
+) -> (Reply, Option<String>) {
     let batch_id = uuid::Uuid::new_v4().simple().to_string();
     let messages: Vec<Value> = batch
         .iter()
@@ -353,7 +358,19 @@ async fn deliver(
     }
     let response = match request.body(body).send().await {
         Ok(r) => r,
-        Err(_) => return Reply::NoResponse,
+        Err(e) => {
+            let why = if e.is_timeout() {
+                format!(
+                    "no response from {} within {} ms",
+                    function.url, function.timeout_ms
+                )
+            } else if e.is_connect() {
+                format!("could not connect to {}: is the function running?", function.url)
+            } else {
+                format!("request to {} failed: {e}", function.url)
+            };
+            return (Reply::NoResponse, Some(why));
+        }
     };
     let status = response.status().as_u16();
     let retry_after = response
@@ -362,12 +379,18 @@ async fn deliver(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     match response.bytes().await {
-        Ok(b) => Reply::Http {
-            status,
-            body: b.to_vec(),
-            retry_after,
-        },
-        Err(_) => Reply::NoResponse,
+        Ok(b) => (
+            Reply::Http {
+                status,
+                body: b.to_vec(),
+                retry_after,
+            },
+            None,
+        ),
+        Err(e) => (
+            Reply::NoResponse,
+            Some(format!("the reply from {} broke off: {e}", function.url)),
+        ),
     }
 }
 

@@ -1000,12 +1000,20 @@ impl QueueActor {
                 .completions
                 .push(Completion::ToDeadLetter { seqs, first_read });
         } else {
+            let mut dropped = 0;
             for seq in seqs {
                 if self.state.finish_transit(seq).is_some() {
-                    self.counters.dropped += 1;
+                    dropped += 1;
                     self.batch.ops.push(StoreOp::Delete { seq });
                 }
             }
+            self.counters.dropped += dropped;
+            tracing::warn!(
+                queue = %self.config.name,
+                dropped,
+                max_deliveries = self.max_deliveries(),
+                "messages used their last delivery and were dropped (the consumer has no dead_letter_queue)"
+            );
             self.batch.completions.push(Completion::Internal);
         }
     }
@@ -1166,6 +1174,9 @@ impl Actor for QueueActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         self.open_store(ctx);
+        // Ages keep growing on an idle queue: refresh the gauges even when
+        // nothing commits, so "oldest message too old" alerts can fire.
+        ctx.run_interval(Duration::from_secs(5), |act, _| act.publish_metrics());
     }
 }
 

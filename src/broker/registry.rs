@@ -423,6 +423,17 @@ fn refuse<T: 'static>(err: BrokerError) -> AtomicResponse<Registry, Result<T, Br
     AtomicResponse::new(Box::pin(actix::fut::ready(Err(err))))
 }
 
+/// Answers once the registry actor is running (its timers are set up).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Started;
+
+impl Handler<Started> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, _: Started, _: &mut Context<Self>) {}
+}
+
 #[derive(Message)]
 #[rtype(result = "Result<QueueRecord, BrokerError>")]
 pub struct CreateQueue {

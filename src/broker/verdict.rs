@@ -35,6 +35,17 @@ pub enum Reply {
     NoResponse,
 }
 
+/// Whether a 2xx body says anything (an object with at least one of the
+/// reply's keys); used to warn about replies that ack everything by accident.
+pub fn body_is_a_reply(body: &[u8]) -> bool {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => ["acks", "retries", "ack_all", "retry_all"]
+            .iter()
+            .any(|k| map.contains_key(*k)),
+        _ => false,
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Ack,

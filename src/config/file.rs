@@ -23,8 +23,8 @@ pub enum ConfigError {
     },
     #[error("invalid config file {path}: {message}")]
     Invalid { path: String, message: String },
-    #[error("config file {path}: {what} needs environment variable {var}, which is not set")]
-    MissingEnv { path: String, what: String, var: String },
+    #[error("config file {path}: environment variables not set: {}", .missing.join(", "))]
+    MissingEnv { path: String, missing: Vec<String> },
 }
 
 /// A whole number within MIN..=MAX, refused at parse time otherwise.
@@ -132,7 +132,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub functions: Vec<FunctionDecl>,
     #[serde(default)]
-    pub queues: Vec<QueueDecl>,
+    pub queues: Vec<toml::Spanned<QueueDecl>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,7 +163,7 @@ pub struct QueueDecl {
     pub message_retention_period: Option<Ranged<60, 1_209_600>>,
     pub delivery_paused: Option<bool>,
     #[serde(default)]
-    pub consumers: Vec<ConsumerDecl>,
+    pub consumers: Vec<toml::Spanned<ConsumerDecl>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -186,11 +186,19 @@ pub struct ConsumerDecl {
 /// A parsed file whose secrets have been read from the environment.
 #[derive(Debug)]
 pub struct LoadedConfig {
+    /// The file as given (to name lines in later errors).
+    pub text: String,
+    pub path: String,
     pub file: FileConfig,
     /// Token values, in the order of `file.tokens`.
     pub token_values: Vec<String>,
     /// Function secrets, in the order of `file.functions`.
     pub function_secrets: Vec<Option<String>>,
+}
+
+/// The 1-based line of a byte offset.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
 pub fn parse(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
@@ -203,24 +211,44 @@ pub fn parse(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
         message,
     };
     for q in &file.queues {
+        let line = line_of(text, q.span().start);
+        let q = q.get_ref();
         if q.consumers.len() > 1 {
             return Err(invalid(format!(
-                "queue {:?} declares {} consumers; a queue has at most one",
+                "line {line}: queue {:?} declares {} consumers; a queue has at most one",
                 q.name.as_str(),
                 q.consumers.len()
             )));
         }
         for c in &q.consumers {
-            if c.kind.as_str() == "worker" && c.script_name.is_none() {
-                return Err(invalid(format!(
-                    "queue {:?}: a worker consumer needs script_name",
-                    q.name.as_str()
-                )));
+            let line = line_of(text, c.span().start);
+            let c = c.get_ref();
+            let at = format!("line {line}: queue {:?}'s consumer", q.name.as_str());
+            if c.kind.as_str() == "worker" {
+                if c.script_name.is_none() {
+                    return Err(invalid(format!("{at}: a worker consumer needs script_name")));
+                }
+                if c.visibility_timeout_ms.is_some() {
+                    return Err(invalid(format!(
+                        "{at}: visibility_timeout_ms applies to http_pull consumers, not worker"
+                    )));
+                }
+            } else {
+                for (field, set) in [
+                    ("script_name", c.script_name.is_some()),
+                    ("max_batch_timeout", c.max_batch_timeout.is_some()),
+                    ("max_concurrency", c.max_concurrency.is_some()),
+                ] {
+                    if set {
+                        return Err(invalid(format!(
+                            "{at}: {field} applies to worker consumers, not http_pull"
+                        )));
+                    }
+                }
             }
             if c.dead_letter_queue.as_ref().map(Checked::as_str) == Some(q.name.as_str()) {
                 return Err(invalid(format!(
-                    "queue {:?}: a queue cannot be its own dead_letter_queue",
-                    q.name.as_str()
+                    "{at}: a queue cannot be its own dead_letter_queue"
                 )));
             }
         }
@@ -244,32 +272,27 @@ pub fn load(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<LoadedC
         source,
     })?;
     let file = parse(&text, &shown)?;
-    let missing = |what: String, var: &str| ConfigError::MissingEnv {
-        path: shown.clone(),
-        what,
-        var: var.to_owned(),
+    let mut missing = Vec::new();
+    let mut lookup = |var: &str| {
+        let value = env(var).filter(|v| !v.is_empty());
+        if value.is_none() && !missing.iter().any(|m| m == var) {
+            missing.push(var.to_owned());
+        }
+        value
     };
-    let token_values = file
-        .tokens
-        .iter()
-        .map(|t| {
-            env(&t.token_env)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| missing(format!("token {:?}", t.name), &t.token_env))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let function_secrets = file
+    let token_values: Vec<Option<String>> = file.tokens.iter().map(|t| lookup(&t.token_env)).collect();
+    let function_secrets: Vec<Option<String>> = file
         .functions
         .iter()
-        .map(|f| match &f.secret_env {
-            None => Ok(None),
-            Some(var) => env(var)
-                .filter(|v| !v.is_empty())
-                .map(Some)
-                .ok_or_else(|| missing(format!("function {:?}", f.name.as_str()), var)),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|f| f.secret_env.as_deref().and_then(&mut lookup))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ConfigError::MissingEnv { path: shown, missing });
+    }
+    let token_values = token_values.into_iter().flatten().collect();
     Ok(LoadedConfig {
+        text,
+        path: shown,
         file,
         token_values,
         function_secrets,
@@ -318,7 +341,10 @@ dead_letter_queue = "images-dlq"
     #[test]
     fn the_spec_example_parses() {
         let f = parse(EXAMPLE, "x.toml").unwrap();
-        assert_eq!(f.queues[0].consumers[0].max_batch_size, Some(Ranged(20)));
+        assert_eq!(
+            f.queues[0].get_ref().consumers[0].get_ref().max_batch_size,
+            Some(Ranged(20))
+        );
         assert_eq!(f.tokens[0].accounts.as_ref().unwrap()[0].as_str(), "acme");
     }
 
@@ -334,6 +360,19 @@ dead_letter_queue = "images-dlq"
         let bad = EXAMPLE.replace("delivery_delay = 0", "delivery_dely = 0");
         let e = parse(&bad, "x.toml").unwrap_err().to_string();
         assert!(e.contains("delivery_dely"), "{e}");
+    }
+
+    #[test]
+    fn fields_of_the_other_consumer_type_are_refused() {
+        let bad = EXAMPLE.replace("type = \"worker\"", "type = \"http_pull\"");
+        let e = parse(&bad, "x.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("line 19") && e.contains("script_name applies to worker"),
+            "{e}"
+        );
+        let bad = EXAMPLE.replace("max_retries = 5", "max_retries = 5\nvisibility_timeout_ms = 10");
+        let e = parse(&bad, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("visibility_timeout_ms applies to http_pull"), "{e}");
     }
 
     #[test]
