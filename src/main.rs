@@ -13,7 +13,7 @@ fn main() -> std::process::ExitCode {
     let serve = match cli.command {
         Some(Command::Serve(args)) => args,
         None => cli.serve,
-        Some(client_command) => return hopper::cli::run_client(client_command),
+        Some(client_command) => return hopper::cli::run_client(client_command, cli.client),
     };
     let json_logs = serve.log_format == "json";
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -24,7 +24,9 @@ fn main() -> std::process::ExitCode {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        // Colour only on a terminal: journald and files get plain text.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        tracing_subscriber::fmt().with_ansi(ansi).with_env_filter(filter).init();
     }
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(panic = %info, "a thread panicked");

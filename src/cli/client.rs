@@ -183,7 +183,19 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(args: ClientArgs) -> Result<Client, ClientError> {
+    pub fn new(mut args: ClientArgs) -> Result<Client, ClientError> {
+        // Accept host:port, and the API base URL the SDKs and wrangler use.
+        let mut url = args.url.trim().trim_end_matches('/').to_owned();
+        if !url.contains("://") {
+            url = format!("http://{url}");
+        }
+        if let Some(stripped) = url.strip_suffix("/client/v4") {
+            url = stripped.to_owned();
+        }
+        args.url = url;
+        if args.account.trim().is_empty() {
+            return Err(ClientError::Usage("the account id is empty: pass --account or set HOPPER_ACCOUNT".into()));
+        }
         let token = match &args.token {
             Some(t) => t.clone(),
             None => std::fs::read_to_string("hopper-data/root-token")

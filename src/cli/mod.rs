@@ -21,6 +21,10 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub serve: ServeArgs,
+    /// Client options (for every command but `serve`), accepted before or
+    /// after the command.
+    #[command(flatten)]
+    pub client: client::ClientArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -29,15 +33,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Manage queues and their consumers (wrangler's `queues` commands).
     Queues {
-        #[command(flatten)]
-        client: client::ClientArgs,
         #[command(subcommand)]
         command: client::QueuesCommand,
     },
     /// Send one message to a queue.
     Send {
-        #[command(flatten)]
-        client: client::ClientArgs,
         queue: String,
         /// The body: JSON unless --content-type says otherwise.
         body: String,
@@ -48,8 +48,6 @@ pub enum Command {
     },
     /// Pull (lease) messages from a queue with an HTTP pull consumer.
     Pull {
-        #[command(flatten)]
-        client: client::ClientArgs,
         queue: String,
         #[arg(long)]
         batch_size: Option<u64>,
@@ -61,8 +59,6 @@ pub enum Command {
     },
     /// Acknowledge (or retry) pulled messages by lease id.
     Ack {
-        #[command(flatten)]
-        client: client::ClientArgs,
         queue: String,
         /// Lease ids to acknowledge.
         leases: Vec<String>,
@@ -74,22 +70,18 @@ pub enum Command {
     },
     /// Manage API tokens.
     Tokens {
-        #[command(flatten)]
-        client: client::ClientArgs,
         #[command(subcommand)]
         command: client::TokensCommand,
     },
     /// Manage functions (HTTP endpoints for push consumers).
     Functions {
-        #[command(flatten)]
-        client: client::ClientArgs,
         #[command(subcommand)]
         command: client::FunctionsCommand,
     },
 }
 
 /// Runs a client command; returns the process exit code.
-pub fn run_client(command: Command) -> std::process::ExitCode {
+pub fn run_client(command: Command, args: client::ClientArgs) -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -97,64 +89,25 @@ pub fn run_client(command: Command) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let json = args.json;
     let result = runtime.block_on(async move {
-        let (args, run): (client::ClientArgs, _) = match command {
-            Command::Serve(_) => {
-                return Err(client::ClientError::Usage("serve is not a client command".into()));
+        let c = client::Client::new(args)?;
+        match command {
+            Command::Serve(_) => Err(client::ClientError::Usage("serve is not a client command".into())),
+            Command::Queues { command } => client::queues(&c, command).await,
+            Command::Send { queue, body, content_type, delay_secs } => {
+                client::send(&c, &queue, &body, &content_type, delay_secs).await
             }
-            Command::Queues { client, command } => {
-                let c = client::Client::new(client.clone())?;
-                (client, client::queues(&c, command).await)
+            Command::Pull { queue, batch_size, visibility_timeout_ms, wait_ms } => {
+                client::pull(&c, &queue, batch_size, visibility_timeout_ms, wait_ms).await
             }
-            Command::Send {
-                client,
-                queue,
-                body,
-                content_type,
-                delay_secs,
-            } => {
-                let c = client::Client::new(client.clone())?;
-                (
-                    client,
-                    client::send(&c, &queue, &body, &content_type, delay_secs).await,
-                )
+            Command::Ack { queue, leases, retries, retry_delay_secs } => {
+                client::ack(&c, &queue, leases, retries, retry_delay_secs).await
             }
-            Command::Pull {
-                client,
-                queue,
-                batch_size,
-                visibility_timeout_ms,
-                wait_ms,
-            } => {
-                let c = client::Client::new(client.clone())?;
-                (
-                    client,
-                    client::pull(&c, &queue, batch_size, visibility_timeout_ms, wait_ms).await,
-                )
-            }
-            Command::Ack {
-                client,
-                queue,
-                leases,
-                retries,
-                retry_delay_secs,
-            } => {
-                let c = client::Client::new(client.clone())?;
-                (
-                    client,
-                    client::ack(&c, &queue, leases, retries, retry_delay_secs).await,
-                )
-            }
-            Command::Tokens { client, command } => {
-                let c = client::Client::new(client.clone())?;
-                (client, client::tokens(&c, command).await)
-            }
-            Command::Functions { client, command } => {
-                let c = client::Client::new(client.clone())?;
-                (client, client::functions(&c, command).await)
-            }
-        };
-        run.map(|output| (args.json, output))
+            Command::Tokens { command } => client::tokens(&c, command).await,
+            Command::Functions { command } => client::functions(&c, command).await,
+        }
+        .map(|output| (json, output))
     });
     match result {
         Ok((true, output)) => {
