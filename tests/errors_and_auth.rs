@@ -1,6 +1,6 @@
 //! Bad input, auth, the generated root token and clean shutdown, against the
 //! real binary over HTTP. Every refusal must come in the Cloudflare envelope
-//! with the SPEC's status and code, and must leave accepted data alone.
+//! with the documented status and code, and must leave accepted data alone.
 
 mod common;
 
@@ -434,10 +434,8 @@ async fn unknown_fields_in_request_bodies_are_ignored() {
     );
 }
 
-/// Reproduction: POST /queues/{id}/messages with a single text body of
-/// 2.2 MB. SPEC: one message over 128000 bytes is 10204 (message too large);
-/// the server answers 413 with 10205 (batch too large in bytes) because the
-/// request-body cap fires first.
+/// A single message far past the request-body cap (2.2 MB) is still "message
+/// too large" (10204), not "batch too large": the cap answers per route.
 #[tokio::test]
 async fn a_huge_single_message_is_10204() {
     let s = Server::start().await;
@@ -943,10 +941,8 @@ async fn accounts_never_see_each_others_queues() {
     assert_eq!(bad.1["success"], false);
 }
 
-/// Reproduction: POST /client/v4/user/tokens {name, scopes} with the root
-/// token answers 404 code 7000 ("no route"): the tokens API of SPEC 2 (create,
-/// list, revoke) is not there, so scoped and account-limited tokens (403,
-/// 10106) cannot be used at all.
+/// Tokens created through the tokens API are limited to their scopes and
+/// accounts: outside their grant they get 403 (10106).
 #[tokio::test]
 async fn scoped_and_account_limited_tokens_are_403_outside_their_grant() {
     let s = Server::start().await;

@@ -1,4 +1,4 @@
-//! Delivery semantics (SPEC section 6 and the message routes of section 5),
+//! Delivery semantics (README "What it does", RELIABILITY.md) and the message routes,
 //! exercised end to end against the real binary over HTTP.
 //!
 //! Timing: lease timeouts are ~1 s and the tests sleep ~2 s past them; lower
@@ -747,12 +747,10 @@ async fn max_retries_plus_one_deliveries_then_dead_letter_queue_created_on_deman
     assert_eq!(unb64(&raw["body"]), vec![0, 1, 2, 255]);
 }
 
-/// Reproduction: max_retries 0 with a DLQ; pull, retry (exhausts it), then
-/// immediately ack the same lease. The ack lands while the message is on its
-/// way to the DLQ, answers `ackCount: 1` with no warning, and the message
-/// still shows up in the DLQ (and the source's dead_lettered counter misses
-/// it). SPEC 6: an ack answered 200 means the message is never delivered
-/// again.
+/// max_retries 0 with a DLQ; pull, retry (exhausts it), then at once ack the
+/// same lease. The message is already on its way to the DLQ, so the ack is
+/// refused with a warning rather than counted: an ack counted in `ackCount`
+/// means the message is never delivered again, anywhere.
 #[tokio::test]
 async fn a_message_acked_during_dead_lettering_never_reaches_the_dlq() {
     let s = Server::start().await;

@@ -1,6 +1,6 @@
 //! What a function's reply means for each message of a pushed batch.
 //!
-//! Rules (SPEC section 7):
+//! Rules (README "Writing a function"):
 //! - A 2xx acks every message it does not retry; an empty or unparseable
 //!   body acks all.
 //! - A JSON reply may say `{"acks": [id], "retries": [{"id", "delay_seconds"?}],
