@@ -172,10 +172,10 @@ expect_failure() {
 }
 # out_has DESC TEXT: the last wrangler output contains TEXT.
 out_has() {
-  if printf '%s' "$OUT" | grep -qF -- "$2"; then ok "$1"; else notok "$1 (output lacks '$2')" "$OUT"; fi
+  if grep -qF -- "$2" <<<"$OUT"; then ok "$1"; else notok "$1 (output lacks '$2')" "$OUT"; fi
 }
 out_lacks() {
-  if printf '%s' "$OUT" | grep -qF -- "$2"; then notok "$1 (output has '$2')" "$OUT"; else ok "$1"; fi
+  if grep -qF -- "$2" <<<"$OUT"; then notok "$1 (output has '$2')" "$OUT"; else ok "$1"; fi
 }
 
 BODY=""
@@ -226,7 +226,7 @@ api PUT "/functions/my-worker" '{"url":"http://127.0.0.1:9/never-called"}'
 check "function my-worker registered for the worker consumer" 's == 200 and d.get("success") is True'
 
 wr --version
-if [ "$RC" -eq 0 ] && printf '%s' "$OUT" | grep -qF "$WRANGLER_VERSION"; then
+if [ "$RC" -eq 0 ] && grep -qF "$WRANGLER_VERSION" <<<"$OUT"; then
   ok "wrangler --version prints $WRANGLER_VERSION"
 else
   abort "wrangler --version runs (exit $RC)" "$OUT"
