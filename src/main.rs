@@ -26,7 +26,10 @@ fn main() -> std::process::ExitCode {
     } else {
         // Colour only on a terminal: journald and files get plain text.
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-        tracing_subscriber::fmt().with_ansi(ansi).with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .with_ansi(ansi)
+            .with_env_filter(filter)
+            .init();
     }
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(panic = %info, "a thread panicked");

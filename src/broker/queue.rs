@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::prelude::*;
 use serde::Serialize;
@@ -294,6 +294,20 @@ struct Counters {
     dropped: u64,
 }
 
+/// Pairs leased messages with the bodies their commit read (in lease order,
+/// from `first_read`). A message without a body was deleted later in the
+/// same commit (a purge) and is left out.
+fn with_bodies<'a>(
+    leased: Vec<(u64, MessageRecord)>,
+    reads: &'a mut [Option<Vec<u8>>],
+    first_read: usize,
+) -> impl Iterator<Item = (u64, MessageRecord, Vec<u8>)> + 'a {
+    leased
+        .into_iter()
+        .zip(reads.iter_mut().skip(first_read))
+        .filter_map(|((seq, record), body)| body.take().map(|b| (seq, record, b)))
+}
+
 /// What to do when a commit returns.
 enum Completion {
     Sent {
@@ -358,6 +372,50 @@ struct Waiter {
     timeout: SpawnHandle,
 }
 
+/// A queue's metric handles, labelled with its account and name.
+struct QueueMetrics {
+    ready: metrics::Gauge,
+    delayed: metrics::Gauge,
+    leased: metrics::Gauge,
+    backlog: metrics::Gauge,
+    backlog_bytes: metrics::Gauge,
+    oldest_age: metrics::Gauge,
+    long_pollers: metrics::Gauge,
+    store_bytes: metrics::Gauge,
+    sent: metrics::Counter,
+    delivered: metrics::Counter,
+    acked: metrics::Counter,
+    retried: metrics::Counter,
+    expired: metrics::Counter,
+    dead_lettered: metrics::Counter,
+    dropped: metrics::Counter,
+}
+
+impl QueueMetrics {
+    fn register(account: &str, queue: &str) -> Self {
+        let labels = [("account", account.to_owned()), ("queue", queue.to_owned())];
+        let gauge = |name: &'static str| metrics::gauge!(name, &labels);
+        let counter = |name: &'static str| metrics::counter!(name, &labels);
+        QueueMetrics {
+            ready: gauge("hopper_queue_ready_messages"),
+            delayed: gauge("hopper_queue_delayed_messages"),
+            leased: gauge("hopper_queue_leased_messages"),
+            backlog: gauge("hopper_queue_backlog_messages"),
+            backlog_bytes: gauge("hopper_queue_backlog_bytes"),
+            oldest_age: gauge("hopper_queue_oldest_message_age_seconds"),
+            long_pollers: gauge("hopper_queue_long_pollers"),
+            store_bytes: gauge("hopper_queue_store_bytes"),
+            sent: counter("hopper_messages_sent_total"),
+            delivered: counter("hopper_messages_delivered_total"),
+            acked: counter("hopper_messages_acked_total"),
+            retried: counter("hopper_messages_retried_total"),
+            expired: counter("hopper_messages_expired_total"),
+            dead_lettered: counter("hopper_messages_dead_lettered_total"),
+            dropped: counter("hopper_messages_dropped_total"),
+        }
+    }
+}
+
 /// The running push consumer child actor.
 struct PushChild {
     addr: Addr<PushConsumer>,
@@ -374,6 +432,7 @@ pub struct QueueActor {
     signer: Arc<LeaseSigner>,
     registry: RegistryHandle,
     limits: QueueLimits,
+    metrics: QueueMetrics,
     push: Option<PushChild>,
     /// Body bytes in the open batch and in the commit in flight.
     batch_bytes: usize,
@@ -398,7 +457,6 @@ pub struct QueueActor {
     open_failures: u64,
     last_error: Option<(String, u64)>,
     drainers: Vec<oneshot::Sender<()>>,
-    recovered_at: Option<Instant>,
 }
 
 impl QueueActor {
@@ -416,6 +474,7 @@ impl QueueActor {
         let actor_depth = depth.clone();
         let recovery = Arc::new(std::sync::atomic::AtomicU8::new(RECOVERY_LOADING));
         let actor_recovery = recovery.clone();
+        let metrics = QueueMetrics::register(&config.account, &config.name);
         let addr = QueueActor::start_in_arbiter(arbiter, move |_| QueueActor {
             config,
             path,
@@ -424,6 +483,7 @@ impl QueueActor {
             signer,
             registry,
             limits,
+            metrics,
             push: None,
             batch_bytes: 0,
             inflight_bytes: 0,
@@ -446,7 +506,6 @@ impl QueueActor {
             open_failures: 0,
             last_error: None,
             drainers: Vec::new(),
-            recovered_at: None,
         });
         QueueHandle {
             addr,
@@ -555,7 +614,6 @@ impl QueueActor {
                     tracing::info!(queue = %act.config.name, attempts = act.open_failures, "queue store reopened");
                 }
                 act.open_failures = 0;
-                act.recovered_at = Some(Instant::now());
                 act.recovery.store(RECOVERY_READY, Ordering::Release);
                 act.sync_push_child(ctx);
                 tracing::info!(queue = %act.config.name, queue_id = %act.config.queue_id, messages = n, "queue recovered");
@@ -668,21 +726,16 @@ impl QueueActor {
                     leased,
                     first_read,
                 } => {
-                    let mut messages = Vec::with_capacity(leased.len());
-                    for (i, (seq, record)) in leased.into_iter().enumerate() {
-                        // None: deleted later in the same commit (a purge).
-                        let Some(body) = reads.get_mut(first_read + i).and_then(Option::take) else {
-                            continue;
-                        };
-                        messages.push(PulledMessage {
+                    let messages: Vec<PulledMessage> = with_bodies(leased, &mut reads, first_read)
+                        .map(|(seq, record, body)| PulledMessage {
                             id: format_message_id(record.id),
                             timestamp_ms: record.timestamp_ms,
                             attempts: record.attempts,
                             body: encode_body(record.content_type, &body),
                             metadata: message_metadata(record.content_type),
                             lease_id: self.signer.lease_id(&self.config.queue_id, seq, record.attempts),
-                        });
-                    }
+                        })
+                        .collect();
                     self.counters.delivered += messages.len() as u64;
                     let mut result = self.empty_pull();
                     result.messages = messages;
@@ -693,20 +746,16 @@ impl QueueActor {
                     leased,
                     first_read,
                 } => {
-                    let mut messages = Vec::with_capacity(leased.len());
-                    for (i, (seq, record)) in leased.into_iter().enumerate() {
-                        let Some(body) = reads.get_mut(first_read + i).and_then(Option::take) else {
-                            continue;
-                        };
-                        messages.push(PushedMessage {
+                    let messages: Vec<PushedMessage> = with_bodies(leased, &mut reads, first_read)
+                        .map(|(seq, record, body)| PushedMessage {
                             seq,
                             attempt: record.attempts,
                             id: format_message_id(record.id),
                             timestamp_ms: record.timestamp_ms,
                             content_type: record.content_type,
                             body,
-                        });
-                    }
+                        })
+                        .collect();
                     self.counters.delivered += messages.len() as u64;
                     let _ = tx.send(Ok(messages));
                 }
@@ -740,36 +789,31 @@ impl QueueActor {
         }
     }
 
-    /// Publishes this queue's gauges and counters to the metrics recorder.
+    /// Publishes this queue's gauges and counters: atomic stores into
+    /// handles registered once, so it is cheap enough after every commit.
     fn publish_metrics(&self) {
-        let labels = [
-            ("account", self.config.account.clone()),
-            ("queue", self.config.name.clone()),
-        ];
-        let gauge = |name: &'static str, v: f64| metrics::gauge!(name, &labels).set(v);
-        gauge("hopper_queue_ready_messages", self.state.ready_count() as f64);
-        gauge("hopper_queue_delayed_messages", self.state.delayed_count() as f64);
-        gauge("hopper_queue_leased_messages", self.state.leased_count() as f64);
-        gauge("hopper_queue_backlog_messages", self.state.len() as f64);
-        gauge("hopper_queue_backlog_bytes", self.state.bytes() as f64);
-        gauge(
-            "hopper_queue_oldest_message_age_seconds",
-            self.state
-                .oldest_timestamp()
-                .map(|t| now_ms().saturating_sub(t) as f64 / 1000.0)
-                .unwrap_or(0.0),
-        );
-        gauge("hopper_queue_long_pollers", self.waiters.len() as f64);
-        gauge("hopper_queue_store_bytes", self.store_bytes as f64);
+        let m = &self.metrics;
+        m.ready.set(self.state.ready_count() as f64);
+        m.delayed.set(self.state.delayed_count() as f64);
+        m.leased.set(self.state.leased_count() as f64);
+        m.backlog.set(self.state.len() as f64);
+        m.backlog_bytes.set(self.state.bytes() as f64);
+        let age_ms = self
+            .state
+            .oldest_timestamp()
+            .map(|t| now_ms().saturating_sub(t))
+            .unwrap_or(0);
+        m.oldest_age.set(age_ms as f64 / 1000.0);
+        m.long_pollers.set(self.waiters.len() as f64);
+        m.store_bytes.set(self.store_bytes as f64);
         let c = self.counters;
-        let counter = |name: &'static str, v: u64| metrics::counter!(name, &labels).absolute(v);
-        counter("hopper_messages_sent_total", c.sent);
-        counter("hopper_messages_delivered_total", c.delivered);
-        counter("hopper_messages_acked_total", c.acked);
-        counter("hopper_messages_retried_total", c.retried);
-        counter("hopper_messages_expired_total", c.expired);
-        counter("hopper_messages_dead_lettered_total", c.dead_lettered);
-        counter("hopper_messages_dropped_total", c.dropped);
+        m.sent.absolute(c.sent);
+        m.delivered.absolute(c.delivered);
+        m.acked.absolute(c.acked);
+        m.retried.absolute(c.retried);
+        m.expired.absolute(c.expired);
+        m.dead_lettered.absolute(c.dead_lettered);
+        m.dropped.absolute(c.dropped);
     }
 
     fn fail(&self, completion: Completion, err: BrokerError) {
@@ -815,7 +859,6 @@ impl QueueActor {
         self.serve_waiters(ctx);
         self.flush(ctx);
         self.schedule_wakeup(ctx);
-        self.publish_metrics();
     }
 
     /// Keeps one timer armed for the next due delay, lease or expiry.
@@ -1339,21 +1382,13 @@ impl Handler<Ack> for QueueActor {
                         .warnings
                         .insert(lease_id, "malformed or forged lease id; ignored".into());
                 }
-                Some((seq, _)) if self.state.in_transit(seq) => {
-                    result.warnings.insert(
-                        lease_id,
-                        "message used its last delivery and is being moved to the dead-letter queue; ack it there".into(),
-                    );
-                }
                 Some((seq, _attempt)) => match self.state.ack(seq) {
-                    Some(_) => {
+                    Ok(_) => {
                         result.ack_count += 1;
                         self.batch.ops.push(StoreOp::Delete { seq });
                     }
-                    None => {
-                        result
-                            .warnings
-                            .insert(lease_id, super::state::LeaseProblem::Gone.describe().into());
+                    Err(problem) => {
+                        result.warnings.insert(lease_id, problem.describe().into());
                     }
                 },
             }
@@ -1469,15 +1504,15 @@ impl Handler<PurgeRefs> for QueueActor {
                         .warnings
                         .insert(r, "malformed or forged message ref; ignored".into());
                 }
-                Some(seq) if self.state.in_transit(seq) => {
-                    result.warnings.insert(
-                        r,
-                        "message is being moved to the dead-letter queue; purge it there".into(),
-                    );
-                }
                 Some(seq) => match self.state.ack(seq) {
-                    Some(_) => self.batch.ops.push(StoreOp::Delete { seq }),
-                    None => {
+                    Ok(_) => self.batch.ops.push(StoreOp::Delete { seq }),
+                    Err(super::state::LeaseProblem::DeadLettering) => {
+                        result.warnings.insert(
+                            r,
+                            "message is being moved to the dead-letter queue; purge it there".into(),
+                        );
+                    }
+                    Err(_) => {
                         result
                             .warnings
                             .insert(r, "message not found: already deleted".into());
@@ -1551,6 +1586,9 @@ impl Handler<Configure> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Configure, ctx: &mut Context<Self>) {
+        if msg.0.name != self.config.name {
+            self.metrics = QueueMetrics::register(&msg.0.account, &msg.0.name);
+        }
         self.config = msg.0;
         if self.store.is_some() {
             self.sync_push_child(ctx);
@@ -1640,7 +1678,7 @@ impl Handler<PushOutcome> for QueueActor {
         let max = self.max_deliveries();
         let mut exhausted = Vec::new();
         for (seq, _attempt) in msg.acks {
-            if !self.state.in_transit(seq) && self.state.ack(seq).is_some() {
+            if self.state.ack(seq).is_ok() {
                 self.counters.acked += 1;
                 self.batch.ops.push(StoreOp::Delete { seq });
             }

@@ -21,6 +21,9 @@ pub enum LeaseProblem {
     Gone,
     /// The lease expired or a newer delivery superseded it.
     Stale,
+    /// The message used its last delivery and is on its way to the
+    /// dead-letter queue: acking it here would not stop that.
+    DeadLettering,
 }
 
 impl LeaseProblem {
@@ -28,6 +31,9 @@ impl LeaseProblem {
         match self {
             LeaseProblem::Gone => "message not found: already acknowledged, expired, purged or dead-lettered",
             LeaseProblem::Stale => "lease expired or superseded by a newer delivery; no effect",
+            LeaseProblem::DeadLettering => {
+                "message used its last delivery and is being moved to the dead-letter queue; ack it there"
+            }
         }
     }
 }
@@ -179,8 +185,13 @@ impl QueueState {
     }
 
     /// Acknowledges (deletes) a message whatever its lease: late acks count.
-    pub fn ack(&mut self, seq: u64) -> Option<MessageRecord> {
-        self.unindex(seq)
+    /// A message already leaving for the dead-letter queue is refused, so an
+    /// ack never covers a message that will be delivered elsewhere.
+    pub fn ack(&mut self, seq: u64) -> Result<MessageRecord, LeaseProblem> {
+        if self.transit.contains(&seq) {
+            return Err(LeaseProblem::DeadLettering);
+        }
+        self.unindex(seq).ok_or(LeaseProblem::Gone)
     }
 
     fn live_lease(&self, seq: u64, attempt: u32, now: u64) -> Result<MessageRecord, LeaseProblem> {
@@ -305,11 +316,6 @@ impl QueueState {
         }
     }
 
-    /// On its way to the dead-letter queue: it can no longer be acked here.
-    pub fn in_transit(&self, seq: u64) -> bool {
-        self.transit.contains(&seq)
-    }
-
     pub fn get(&self, seq: u64) -> Option<&MessageRecord> {
         self.messages.get(&seq)
     }
@@ -429,8 +435,8 @@ mod tests {
         assert_eq!(s.retry(a, 7, 100, 0, 4), Err(LeaseProblem::Stale));
         assert!(matches!(s.retry(a, 1, 100, 0, 4), Ok(RetryOutcome::Scheduled(_))));
         assert_eq!(s.ready_count(), 1);
-        assert!(s.ack(b).is_some());
-        assert!(s.ack(b).is_none());
+        assert!(s.ack(b).is_ok());
+        assert_eq!(s.ack(b), Err(LeaseProblem::Gone));
         s.check_invariants();
     }
 
@@ -509,7 +515,7 @@ mod tests {
                         }
                         for seq in ex { s.finish_transit(seq); allowed_gone.insert(seq); }
                     }
-                    Op::Ack(i) => if let Some(&(seq, _)) = leases.get(i) { s.ack(seq); allowed_gone.insert(seq); },
+                    Op::Ack(i) => if let Some(&(seq, _)) = leases.get(i) { let _ = s.ack(seq); allowed_gone.insert(seq); },
                     Op::Retry(i, d) => if let Some(&(seq, a)) = leases.get(i) {
                         if let Ok(RetryOutcome::Exhausted) = s.retry(seq, a, now, d, MAX) {
                             s.finish_transit(seq); allowed_gone.insert(seq);

@@ -174,7 +174,7 @@ proptest! {
                     prop_assert_eq!(got_seqs, want, "leased different messages");
                 }
                 Op::Ack(i) => if let Some(&(seq, _)) = leases.get(i) {
-                    if real.state.ack(seq).is_some() {
+                    if real.state.ack(seq).is_ok() {
                         ops.push(StoreOp::Delete { seq });
                     }
                     model.msgs.remove(&seq);

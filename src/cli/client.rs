@@ -194,7 +194,9 @@ impl Client {
         }
         args.url = url;
         if args.account.trim().is_empty() {
-            return Err(ClientError::Usage("the account id is empty: pass --account or set HOPPER_ACCOUNT".into()));
+            return Err(ClientError::Usage(
+                "the account id is empty: pass --account or set HOPPER_ACCOUNT".into(),
+            ));
         }
         let token = match &args.token {
             Some(t) => t.clone(),
@@ -459,19 +461,46 @@ async fn pause(c: &Client, name: &str, paused: bool) -> Result<Output, ClientErr
     Ok(out(format!("{verb} delivery on queue {name}"), q))
 }
 
-async fn delete_consumer(c: &Client, queue: &Value, consumer: &Value) -> Result<(), ClientError> {
+/// Adds a consumer (`body` without its dead-letter queue) to a queue.
+async fn add_consumer(
+    c: &Client,
+    queue: &str,
+    mut body: Value,
+    dead_letter_queue: Option<String>,
+) -> Result<Value, ClientError> {
+    let q = c.queue_by_name(queue).await?;
+    if let Some(d) = dead_letter_queue {
+        body["dead_letter_queue"] = json!(d);
+    }
+    let path = format!("/queues/{}/consumers", Client::queue_id(&q));
+    c.call(reqwest::Method::POST, c.account_url(&path), Some(body))
+        .await
+}
+
+/// Removes the queue's consumer that `matches`, or says `missing`.
+async fn remove_consumer(
+    c: &Client,
+    queue: &str,
+    matches: impl Fn(&Value) -> bool,
+    missing: String,
+) -> Result<Value, ClientError> {
+    let q = c.queue_by_name(queue).await?;
+    let consumer = q["consumers"]
+        .as_array()
+        .and_then(|l| l.iter().find(|x| matches(x)))
+        .cloned()
+        .ok_or(ClientError::Usage(missing))?;
     let path = format!(
         "/queues/{}/consumers/{}",
-        Client::queue_id(queue),
+        Client::queue_id(&q),
         s(&consumer["consumer_id"])
     );
     c.call(reqwest::Method::DELETE, c.account_url(&path), None)
         .await?;
-    Ok(())
+    Ok(consumer)
 }
 
 async fn consumer(c: &Client, cmd: ConsumerCommand) -> Result<Output, ClientError> {
-    use reqwest::Method as M;
     match cmd {
         ConsumerCommand::Http {
             command:
@@ -484,35 +513,20 @@ async fn consumer(c: &Client, cmd: ConsumerCommand) -> Result<Output, ClientErro
                     dead_letter_queue,
                 },
         } => {
-            let q = c.queue_by_name(&queue).await?;
-            let mut body = json!({"type": "http_pull", "settings": settings(&[
+            let body = json!({"type": "http_pull", "settings": settings(&[
                 ("batch_size", batch_size),
                 ("max_retries", message_retries),
                 ("visibility_timeout_ms", visibility_timeout_secs.map(|s| s * 1000)),
                 ("retry_delay", retry_delay_secs),
             ])});
-            if let Some(d) = dead_letter_queue {
-                body["dead_letter_queue"] = json!(d);
-            }
-            let cons = c
-                .call(
-                    M::POST,
-                    c.account_url(&format!("/queues/{}/consumers", Client::queue_id(&q))),
-                    Some(body),
-                )
-                .await?;
+            let cons = add_consumer(c, &queue, body, dead_letter_queue).await?;
             Ok(out(format!("Added an HTTP pull consumer to queue {queue}"), cons))
         }
         ConsumerCommand::Http {
             command: HttpConsumerCommand::Remove { queue },
         } => {
-            let q = c.queue_by_name(&queue).await?;
-            let cons = q["consumers"]
-                .as_array()
-                .and_then(|l| l.iter().find(|x| x["type"] == "http_pull"))
-                .cloned()
-                .ok_or_else(|| ClientError::Usage(format!("queue {queue} has no HTTP pull consumer")))?;
-            delete_consumer(c, &q, &cons).await?;
+            let missing = format!("queue {queue} has no HTTP pull consumer");
+            let cons = remove_consumer(c, &queue, |x| x["type"] == "http_pull", missing).await?;
             Ok(out(
                 format!("Removed the HTTP pull consumer from queue {queue}"),
                 cons,
@@ -528,39 +542,23 @@ async fn consumer(c: &Client, cmd: ConsumerCommand) -> Result<Output, ClientErro
             retry_delay_secs,
             dead_letter_queue,
         } => {
-            let q = c.queue_by_name(&queue).await?;
-            let mut body = json!({"type": "worker", "script_name": script_name, "settings": settings(&[
+            let body = json!({"type": "worker", "script_name": script_name, "settings": settings(&[
                 ("batch_size", batch_size),
                 ("max_wait_time_ms", batch_timeout.map(|s| s * 1000)),
                 ("max_retries", message_retries),
                 ("max_concurrency", max_concurrency),
                 ("retry_delay", retry_delay_secs),
             ])});
-            if let Some(d) = dead_letter_queue {
-                body["dead_letter_queue"] = json!(d);
-            }
-            let cons = c
-                .call(
-                    M::POST,
-                    c.account_url(&format!("/queues/{}/consumers", Client::queue_id(&q))),
-                    Some(body),
-                )
-                .await?;
+            let cons = add_consumer(c, &queue, body, dead_letter_queue).await?;
             Ok(out(
                 format!("Added consumer {script_name} to queue {queue}"),
                 cons,
             ))
         }
         ConsumerCommand::Remove { queue, script_name } => {
-            let q = c.queue_by_name(&queue).await?;
-            let cons = q["consumers"]
-                .as_array()
-                .and_then(|l| l.iter().find(|x| x["script_name"] == script_name.as_str()))
-                .cloned()
-                .ok_or_else(|| {
-                    ClientError::Usage(format!("queue {queue} has no consumer for {script_name}"))
-                })?;
-            delete_consumer(c, &q, &cons).await?;
+            let missing = format!("queue {queue} has no consumer for {script_name}");
+            let cons =
+                remove_consumer(c, &queue, |x| x["script_name"] == script_name.as_str(), missing).await?;
             Ok(out(
                 format!("Removed consumer {script_name} from queue {queue}"),
                 cons,

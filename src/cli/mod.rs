@@ -95,15 +95,24 @@ pub fn run_client(command: Command, args: client::ClientArgs) -> std::process::E
         match command {
             Command::Serve(_) => Err(client::ClientError::Usage("serve is not a client command".into())),
             Command::Queues { command } => client::queues(&c, command).await,
-            Command::Send { queue, body, content_type, delay_secs } => {
-                client::send(&c, &queue, &body, &content_type, delay_secs).await
-            }
-            Command::Pull { queue, batch_size, visibility_timeout_ms, wait_ms } => {
-                client::pull(&c, &queue, batch_size, visibility_timeout_ms, wait_ms).await
-            }
-            Command::Ack { queue, leases, retries, retry_delay_secs } => {
-                client::ack(&c, &queue, leases, retries, retry_delay_secs).await
-            }
+            Command::Send {
+                queue,
+                body,
+                content_type,
+                delay_secs,
+            } => client::send(&c, &queue, &body, &content_type, delay_secs).await,
+            Command::Pull {
+                queue,
+                batch_size,
+                visibility_timeout_ms,
+                wait_ms,
+            } => client::pull(&c, &queue, batch_size, visibility_timeout_ms, wait_ms).await,
+            Command::Ack {
+                queue,
+                leases,
+                retries,
+                retry_delay_secs,
+            } => client::ack(&c, &queue, leases, retries, retry_delay_secs).await,
             Command::Tokens { command } => client::tokens(&c, command).await,
             Command::Functions { command } => client::functions(&c, command).await,
         }
