@@ -129,6 +129,7 @@ pub async fn run(config: ServeConfig) -> Result<(), ServerError> {
     let limits = crate::broker::queue::QueueLimits {
         push_ceiling: config.push_max_concurrency,
         max_pending_bytes: config.queue_max_pending_bytes,
+        resident_messages: config.queue_resident_messages,
     };
     let registry = Registry::start(config.data_dir.clone(), queue_arbiters.clone(), limits)?;
     // Let the registry start (and arm its timers) inside the runtime, even

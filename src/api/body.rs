@@ -25,11 +25,22 @@ pub async fn json_object(payload: web::Payload) -> Result<Map<String, Value>, Ap
 /// Like `json_object`, with the route's own error for an oversized body
 /// (a single message over the cap is "message too large", not "batch").
 pub async fn json_object_or(
-    mut payload: web::Payload,
+    payload: web::Payload,
     too_large: impl Fn(usize) -> ApiError,
 ) -> Result<Map<String, Value>, ApiError> {
+    parse_object(&read_body(payload, 0, too_large).await?)
+}
+
+/// Reads the whole body, refusing more than `MAX_BODY_BYTES` and giving up
+/// after `BODY_TIMEOUT`. `expected` (the Content-Length, when known) sizes
+/// the buffer once instead of growing it chunk by chunk.
+pub async fn read_body(
+    mut payload: web::Payload,
+    expected: usize,
+    too_large: impl Fn(usize) -> ApiError,
+) -> Result<web::BytesMut, ApiError> {
     let read = async {
-        let mut bytes = web::BytesMut::new();
+        let mut bytes = web::BytesMut::with_capacity(expected.min(MAX_BODY_BYTES));
         while let Some(chunk) = payload.next().await {
             let chunk =
                 chunk.map_err(|e| ApiError::InvalidBody(format!("could not read request body: {e}")))?;
@@ -40,10 +51,17 @@ pub async fn json_object_or(
         }
         Ok(bytes)
     };
-    let bytes = tokio::time::timeout(BODY_TIMEOUT, read)
+    tokio::time::timeout(BODY_TIMEOUT, read)
         .await
-        .map_err(|_| ApiError::BodyTimeout(BODY_TIMEOUT.as_secs()))??;
-    parse_object(&bytes)
+        .map_err(|_| ApiError::BodyTimeout(BODY_TIMEOUT.as_secs()))?
+}
+
+/// The request's Content-Length, or 0.
+pub fn content_length(req: &actix_web::HttpRequest) -> usize {
+    req.headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {

@@ -1,11 +1,15 @@
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Map, Value};
 
-use super::body::{json_object, json_object_or, queue_id, string_field, uint_in};
+use super::body::{
+    content_length, json_object, parse_object, queue_id, read_body, string_field, uint_in, MAX_BODY_BYTES,
+};
 use super::envelope::ok;
 use super::error::ApiError;
 use super::AppState;
-use crate::broker::message::{parse_batch, parse_delay, parse_message, MAX_MESSAGE_BYTES};
+use crate::broker::message::{
+    fast_parse_batch, fast_parse_message, parse_batch, parse_delay, parse_message, MAX_MESSAGE_BYTES,
+};
 use crate::broker::model::MAX_VISIBILITY_TIMEOUT_MS;
 use crate::broker::queue::{Ack, Peek, Pull, PurgeRefs, SendMessages};
 use crate::broker::BrokerError;
@@ -21,6 +25,7 @@ fn handle(state: &AppState, path: Path2) -> Result<QueueHandle, ApiError> {
 pub async fn send(
     state: web::Data<AppState>,
     path: Path2,
+    req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
@@ -30,8 +35,11 @@ pub async fn send(
             limit: MAX_MESSAGE_BYTES,
         })
     };
-    let body = Value::Object(json_object_or(payload, too_large).await?);
-    let message = parse_message(&body, None)?;
+    let bytes = read_body(payload, content_length(&req), too_large).await?;
+    let message = match fast_parse_message(&bytes) {
+        Some(message) => message,
+        None => parse_message(&Value::Object(parse_object(&bytes)?), None)?,
+    };
     let metrics = queue
         .ask(SendMessages {
             messages: vec![message],
@@ -43,11 +51,18 @@ pub async fn send(
 pub async fn send_batch(
     state: web::Data<AppState>,
     path: Path2,
+    req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let queue = handle(&state, path)?;
-    let body = Value::Object(json_object(payload).await?);
-    let messages = parse_batch(&body)?;
+    let bytes = read_body(payload, content_length(&req), |_| {
+        ApiError::BodyTooLarge(MAX_BODY_BYTES)
+    })
+    .await?;
+    let messages = match fast_parse_batch(&bytes) {
+        Some(messages) => messages,
+        None => parse_batch(&Value::Object(parse_object(&bytes)?))?,
+    };
     let metrics = queue.ask(SendMessages { messages }).await?;
     Ok(ok(json!({ "metadata": { "metrics": metrics } })))
 }

@@ -25,7 +25,8 @@ struct Opts {
     #[arg(long, default_value = "bench")]
     account: String,
     /// Scenarios to run: batch, single, pullack, push; or store-layout alone
-    /// (in-process redb comparison, no server).
+    /// (in-process redb comparison, no server); or scaling alone (cost per
+    /// message against backlog depth, then recovery after kill -9).
     #[arg(long, value_delimiter = ',', default_value = "batch,single,pullack,push")]
     scenarios: Vec<String>,
     /// Seconds per scenario.
@@ -59,6 +60,13 @@ struct Opts {
     /// Data dir for a server the bench starts (default: a temp dir).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
+    /// Backlogs compared by the scaling scenario (the first is the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "10000,10000000")]
+    scaling_backlogs: Vec<u64>,
+    /// Offered load (msg/s) while the scaling scenario measures the cost
+    /// per message; consumers keep up, so the backlog holds steady.
+    #[arg(long, default_value_t = 10_000)]
+    scaling_rate: u64,
 }
 
 struct Stats {
@@ -495,12 +503,6 @@ async fn run_push_drain(
 }
 
 fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir>) {
-    let exe = std::env::current_exe().expect("bench path");
-    let hopper = exe.with_file_name("hopper");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port");
     let (dir, tmp) = match &opts.data_dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -512,15 +514,298 @@ fn start_server(opts: &Opts) -> (Child, String, String, Option<tempfile::TempDir
         }
     };
     let token = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let (child, root) = spawn_server(&dir, &token);
+    (child, root, token, tmp)
+}
+
+/// Starts the `hopper` binary beside this one on a free loopback port.
+fn spawn_server(dir: &std::path::Path, token: &str) -> (Child, String) {
+    let exe = std::env::current_exe().expect("bench path");
+    let hopper = exe.with_file_name("hopper");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
     let child = Command::new(&hopper)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(&dir)
-        .env("HOPPER_ROOT_TOKEN", &token)
+        .arg(dir)
+        .env("HOPPER_ROOT_TOKEN", token)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", hopper.display()));
-    (child, format!("http://127.0.0.1:{port}"), token, tmp)
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at ") ".
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split(' ').collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat(5), in clock ticks (100/s).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A `/proc/<pid>/status` field in MiB (VmRSS, VmHWM).
+fn memory_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim_start_matches(':')
+                .trim()
+                .strip_suffix(" kB")?
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("client")
+}
+
+async fn wait_ready(target: &Target) {
+    // Recovery of a deep store after kill -9 can take a while: wait 10 min.
+    for _ in 0..120_000 {
+        if let Ok(r) = target.client.get(format!("{}/readyz", target.root)).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("server at {} never became ready", target.root);
+}
+
+/// Sends batches until `count` more messages are stored.
+async fn fill(target: &Arc<Target>, queue: &str, count: u64, size: usize) {
+    let body = json!({"messages": (0..100).map(|_| message(size)).collect::<Vec<_>>()});
+    let body = bytes::Bytes::from(serde_json::to_vec(&body).expect("json"));
+    let batches = Arc::new(AtomicU64::new(count.div_ceil(100)));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (t, batches, body) = (target.clone(), batches.clone(), body.clone());
+        let path = format!("/queues/{queue}/messages/batch");
+        tasks.push(tokio::spawn(async move {
+            while batches
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                .is_ok()
+            {
+                while let Err(e) = t.post_raw(&path, body.clone()).await {
+                    eprintln!("fill: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }));
+    }
+    futures_util::future::join_all(tasks).await;
+}
+
+/// Steady state over a backlog: producers offer `rate` msg/s in batches of
+/// 100 while 4 consumers pull and ack batches of 100. Returns the row and
+/// the server's CPU microseconds per message (send, delivery and ack).
+async fn steady_state(
+    target: Arc<Target>,
+    queue: &str,
+    rate: u64,
+    size: usize,
+    duration: Duration,
+    pid: u32,
+    label: &str,
+) -> (Row, f64) {
+    let cpu_before = cpu_seconds(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (t, q, stop) = (target.clone(), queue.to_owned(), stop.clone());
+        let body = json!({"messages": (0..100).map(|_| message(size)).collect::<Vec<_>>()});
+        let body = bytes::Bytes::from(serde_json::to_vec(&body).expect("json"));
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_secs_f64(100.0 / rate as f64));
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut inflight = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                ticker.tick().await;
+                let (t, q, body) = (t.clone(), q.clone(), body.clone());
+                inflight.push(tokio::spawn(async move {
+                    let _ = t.post_raw(&format!("/queues/{q}/messages/batch"), body).await;
+                }));
+            }
+            futures_util::future::join_all(inflight).await;
+        })
+    };
+    // Consumers paced to the same rate, so the backlog depth holds.
+    let stats = Stats::new();
+    let started = Instant::now();
+    let mut consumers = Vec::new();
+    for _ in 0..4 {
+        let (t, q, s, stop) = (target.clone(), queue.to_owned(), stats.clone(), stop.clone());
+        consumers.push(tokio::spawn(async move {
+            let pull = bytes::Bytes::from_static(br#"{"batch_size": 100, "visibility_timeout_ms": 60000}"#);
+            let mut ticker = tokio::time::interval(Duration::from_secs_f64(400.0 / rate as f64));
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            while !stop.load(Ordering::Relaxed) {
+                ticker.tick().await;
+                let at = Instant::now();
+                let Ok(body) = t
+                    .post_raw(&format!("/queues/{q}/messages/pull"), pull.clone())
+                    .await
+                else {
+                    continue;
+                };
+                let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+                    continue;
+                };
+                let acks: Vec<Value> = v["result"]["messages"]
+                    .as_array()
+                    .map(|m| m.iter().map(|m| json!({"lease_id": m["lease_id"]})).collect())
+                    .unwrap_or_default();
+                let n = acks.len() as u64;
+                let ack = serde_json::to_vec(&json!({ "acks": acks })).expect("json");
+                if t.post_raw(&format!("/queues/{q}/messages/ack"), ack.into())
+                    .await
+                    .is_ok()
+                {
+                    s.record(n, at);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    futures_util::future::join_all(consumers).await;
+    let row = summarize(label, &stats, started.elapsed().as_secs_f64());
+    let _ = producer.await;
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let per_message_us = cpu * 1e6 / row.messages.max(1) as f64;
+    (row, per_message_us)
+}
+
+/// Cost per message against backlog depth, then recovery after kill -9
+/// with the deepest backlog stored: time to serve again and memory.
+async fn scaling(opts: &Opts) {
+    let tmp = tempfile::Builder::new()
+        .prefix("hopper-scaling")
+        .tempdir()
+        .expect("temp dir");
+    let dir = opts.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let token = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let (mut child, root) = spawn_server(&dir, &token);
+    let target = Arc::new(Target {
+        root,
+        token: token.clone(),
+        account: opts.account.clone(),
+        client: client(),
+    });
+    wait_ready(&target).await;
+    let queue = target.create_queue("scaling", true).await.expect("queue");
+    let duration = Duration::from_secs(opts.duration);
+    let mut stored = 0u64;
+    let mut table = Vec::new();
+    for &backlog in &opts.scaling_backlogs {
+        if backlog > stored {
+            let started = Instant::now();
+            fill(&target, &queue, backlog - stored, opts.message_bytes).await;
+            let secs = started.elapsed().as_secs_f64();
+            eprintln!(
+                "filled to {backlog} in {secs:.1} s ({:.0} msg/s)",
+                (backlog - stored) as f64 / secs
+            );
+            stored = backlog;
+        }
+        let mut runs = Vec::new();
+        for _ in 0..opts.repeat.max(1) {
+            let (row, us) = steady_state(
+                target.clone(),
+                &queue,
+                opts.scaling_rate,
+                opts.message_bytes,
+                duration,
+                child.id(),
+                &format!("backlog {backlog}"),
+            )
+            .await;
+            eprintln!(
+                "backlog {backlog}: {:.0} msg/s consumed, {us:.1} µs server CPU per message, p99 {:.1} ms",
+                row.messages as f64 / row.seconds,
+                row.p99_ms
+            );
+            runs.push((row, us));
+        }
+        runs.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
+        let (row, us) = runs.swap_remove(runs.len() / 2);
+        table.push((backlog, row, us, memory_mib(child.id(), "VmRSS")));
+    }
+    // kill -9, then time the restart until a pull returns messages again
+    let _ = child.kill();
+    let _ = child.wait();
+    let started = Instant::now();
+    let (mut child, root) = spawn_server(&dir, &token);
+    let target = Arc::new(Target {
+        root,
+        token: token.clone(),
+        account: opts.account.clone(),
+        client: client(),
+    });
+    wait_ready(&target).await;
+    let pull =
+        bytes::Bytes::from_static(br#"{"batch_size": 1, "visibility_timeout_ms": 1000, "wait_ms": 0}"#);
+    loop {
+        if let Ok(b) = target
+            .post_raw(&format!("/queues/{queue}/messages/pull"), pull.clone())
+            .await
+        {
+            if serde_json::from_slice::<Value>(&b)
+                .is_ok_and(|v| v["result"]["messages"].as_array().is_some_and(|m| !m.is_empty()))
+            {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let recovery = started.elapsed().as_secs_f64();
+    let rss = memory_mib(child.id(), "VmRSS");
+    let hwm = memory_mib(child.id(), "VmHWM");
+    let disk: u64 = std::fs::read_dir(dir.join("queues"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    println!();
+    println!("| backlog | consumed msg/s (offered {}) | server CPU µs/msg | vs first | pull+ack p50 ms | p99 ms | server RSS MiB |", opts.scaling_rate);
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let base = table.first().map(|t| t.2).unwrap_or(f64::NAN);
+    for (backlog, row, us, rss) in &table {
+        println!(
+            "| {backlog} | {:.0} | {us:.1} | {:+.0}% | {:.2} | {:.2} | {rss:.0} |",
+            row.messages as f64 / row.seconds,
+            (us / base - 1.0) * 100.0,
+            row.p50_ms,
+            row.p99_ms
+        );
+    }
+    println!();
+    println!(
+        "| after kill -9 with {stored} messages stored ({:.1} GiB on disk) | value |",
+        disk as f64 / (1u64 << 30) as f64
+    );
+    println!("|---|---:|");
+    println!("| restart to first delivery | {recovery:.2} s |");
+    println!("| RSS after recovery | {rss:.0} MiB |");
+    println!("| peak RSS during recovery | {hwm:.0} MiB |");
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The storage-layout question behind ARCHITECTURE.md: N queues committing
@@ -595,6 +880,10 @@ async fn main() {
     let opts = Opts::parse();
     if opts.scenarios.iter().any(|s| s == "store-layout") {
         store_layout(8, opts.duration.min(5));
+        return;
+    }
+    if opts.scenarios == ["scaling"] {
+        scaling(&opts).await;
         return;
     }
     let mut server = None;

@@ -3,7 +3,10 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::model::MAX_DELAY_SECONDS;
@@ -155,6 +158,94 @@ pub fn parse_batch(v: &Value) -> Result<Vec<NewMessage>, BrokerError> {
     Ok(out)
 }
 
+/// A message as it arrives, borrowed from the request body: the fast path
+/// for well-formed sends. Anything it does not handle exactly (a missing
+/// or null body, an unknown content type, json with whitespace to strip,
+/// a limit exceeded) goes to the `Value`-based parsers above, which also
+/// word the errors.
+#[derive(Deserialize)]
+struct WireMessage<'a> {
+    #[serde(borrow)]
+    body: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content_type: Option<Cow<'a, str>>,
+    delay_seconds: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireBatch<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+    delay_seconds: Option<Value>,
+}
+
+/// serde would also read a struct from a JSON array; the API wants objects.
+fn is_object(json: &[u8]) -> bool {
+    json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+fn fast_message(json: &str) -> Option<NewMessage> {
+    if !is_object(json.as_bytes()) {
+        return None;
+    }
+    let wire: WireMessage<'_> = serde_json::from_str(json).ok()?;
+    let raw = wire.body?.get();
+    let content_type = match wire.content_type.as_deref() {
+        None | Some("json") => ContentType::Json,
+        Some("text") => ContentType::Text,
+        Some("bytes") => ContentType::Bytes,
+        Some(_) => return None,
+    };
+    let body = match content_type {
+        // Stored as it came when already compact: no parse, no re-encode.
+        ContentType::Json if !raw.bytes().any(|b| b.is_ascii_whitespace()) => raw.as_bytes().to_vec(),
+        ContentType::Json => return None,
+        ContentType::Text => serde_json::from_str::<Cow<'_, str>>(raw)
+            .ok()?
+            .into_owned()
+            .into_bytes(),
+        ContentType::Bytes => STANDARD
+            .decode(serde_json::from_str::<Cow<'_, str>>(raw).ok()?.as_bytes())
+            .ok()?,
+    };
+    if body.len() > MAX_MESSAGE_BYTES {
+        return None;
+    }
+    Some(NewMessage {
+        content_type,
+        body,
+        delay_seconds: parse_delay(wire.delay_seconds.as_ref()).ok()?,
+    })
+}
+
+/// `parse_message` for a well-formed body straight from its bytes; None
+/// when the general parser must decide.
+pub fn fast_parse_message(bytes: &[u8]) -> Option<NewMessage> {
+    fast_message(std::str::from_utf8(bytes).ok()?)
+}
+
+/// `parse_batch` for a well-formed body straight from its bytes; None when
+/// the general parser must decide.
+pub fn fast_parse_batch(bytes: &[u8]) -> Option<Vec<NewMessage>> {
+    if !is_object(bytes) {
+        return None;
+    }
+    let batch: WireBatch<'_> = serde_json::from_slice(bytes).ok()?;
+    if batch.messages.is_empty() || batch.messages.len() > MAX_BATCH_MESSAGES {
+        return None;
+    }
+    let batch_delay = parse_delay(batch.delay_seconds.as_ref()).ok()?;
+    let mut total = 0usize;
+    let mut out = Vec::with_capacity(batch.messages.len());
+    for raw in batch.messages {
+        let mut msg = fast_message(raw.get())?;
+        total += msg.body.len();
+        msg.delay_seconds = msg.delay_seconds.or(batch_delay);
+        out.push(msg);
+    }
+    (total <= MAX_BATCH_BYTES).then_some(out)
+}
+
 /// The backlog figures returned by metrics and inside send/pull replies.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct BacklogMetrics {
@@ -206,6 +297,7 @@ pub struct PeekedMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     #[test]
@@ -250,5 +342,96 @@ mod tests {
             Err(BrokerError::InvalidDelay(_))
         ));
         assert!(parse_message(&json!({"body": 1, "content_type": "v8"}), None).is_err());
+    }
+
+    fn same(fast: &NewMessage, slow: &NewMessage) -> bool {
+        let body_equal = match fast.content_type {
+            ContentType::Json => {
+                serde_json::from_slice::<Value>(&fast.body).ok()
+                    == serde_json::from_slice::<Value>(&slow.body).ok()
+            }
+            _ => fast.body == slow.body,
+        };
+        fast.content_type == slow.content_type && fast.delay_seconds == slow.delay_seconds && body_equal
+    }
+
+    fn message_json() -> impl Strategy<Value = String> {
+        let body = prop_oneof![
+            "[a-zA-Z0-9 é\\\"]{0,12}".prop_map(|s| Value::String(s).to_string()),
+            Just("AAEC".to_string()).prop_map(|s| format!("{s:?}")),
+            any::<i64>().prop_map(|n| n.to_string()),
+            Just("1e2".to_string()),
+            Just("{\"a\": [1, 2]}".to_string()),
+            Just("{\"a\":[1,2.5,null,true]}".to_string()),
+            Just("null".to_string()),
+            Just("[1,\"x\"]".to_string()),
+        ];
+        let content_type = prop_oneof![
+            Just(None),
+            Just(Some("\"json\"")),
+            Just(Some("\"text\"")),
+            Just(Some("\"bytes\"")),
+            Just(Some("\"v8\"")),
+            Just(Some("null")),
+            Just(Some("3")),
+        ];
+        let delay = prop_oneof![
+            Just(None),
+            Just(Some("5")),
+            Just(Some("5.0")),
+            Just(Some("-1")),
+            Just(Some("\"5\"")),
+            Just(Some("86401"))
+        ];
+        (proptest::option::of(body), content_type, delay).prop_map(|(body, ct, delay)| {
+            let mut fields = Vec::new();
+            if let Some(b) = body {
+                fields.push(format!("\"body\":{b}"));
+            }
+            if let Some(c) = ct {
+                fields.push(format!("\"content_type\": {c}"));
+            }
+            if let Some(d) = delay {
+                fields.push(format!("\"delay_seconds\":{d}"));
+            }
+            format!("{{{}}}", fields.join(","))
+        })
+    }
+
+    proptest::proptest! {
+        /// Whenever the fast path accepts a body, the general parser accepts
+        /// it too and means the same messages.
+        #[test]
+        fn the_fast_path_agrees_with_the_general_parser(
+            messages in proptest::collection::vec(message_json(), 0..4),
+            batch_delay in prop_oneof![Just(String::new()), Just(",\"delay_seconds\":3".to_string()), Just(",\"delay_seconds\":[3]".to_string())],
+        ) {
+            for m in &messages {
+                if let Some(fast) = fast_parse_message(m.as_bytes()) {
+                    let slow = parse_message(&serde_json::from_str(m).unwrap(), None);
+                    proptest::prop_assert!(slow.as_ref().is_ok_and(|slow| same(&fast, slow)), "{} -> {:?} vs {:?}", m, fast, slow);
+                }
+            }
+            let batch = format!("{{\"messages\":[{}]{batch_delay}}}", messages.join(","));
+            if let Some(fast) = fast_parse_batch(batch.as_bytes()) {
+                let slow = parse_batch(&serde_json::from_str(&batch).unwrap());
+                proptest::prop_assert!(slow.as_ref().is_ok_and(|slow| slow.len() == fast.len() && fast.iter().zip(slow).all(|(f, s)| same(f, s))), "{}", batch);
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_arrays_and_odd_bodies_to_the_general_parser() {
+        assert!(fast_parse_message(br#"["x", "text"]"#).is_none());
+        assert!(fast_parse_batch(br#"{"messages": [["x", "text"]]}"#).is_none());
+        assert!(fast_parse_batch(br#"[[{"body": 1}]]"#).is_none());
+        assert!(
+            fast_parse_message(br#"{"body": {"a": 1}}"#).is_none(),
+            "whitespace to compact"
+        );
+        let m = fast_parse_message(br#"{"body":{"a":1},"content_type":"json"}"#).unwrap();
+        assert_eq!(m.body, br#"{"a":1}"#);
+        let m = fast_parse_message(br#"{"body":"h\u00e9","content_type":"text"}"#).unwrap();
+        assert_eq!(m.body, "hé".as_bytes());
     }
 }

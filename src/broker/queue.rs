@@ -46,7 +46,11 @@ pub struct QueueLimits {
     pub push_ceiling: usize,
     /// Message bytes waiting for (or in) a commit before sends get 429.
     pub max_pending_bytes: usize,
+    /// Never-delivered records kept in memory (see `QueueState`).
+    pub resident_messages: usize,
 }
+/// How long a pull may wait for a chunk of the on-disk backlog to load.
+const LOAD_WAIT_MS: u64 = 2_000;
 /// Without a consumer, messages may still be delivered this many times.
 const DEFAULT_MAX_DELIVERIES: u32 = 4;
 
@@ -441,6 +445,8 @@ pub struct QueueActor {
     recovery: Arc<std::sync::atomic::AtomicU8>,
     batch: CommitBatch,
     committing: bool,
+    /// A chunk of the on-disk backlog is being read.
+    loading: bool,
     waiters: VecDeque<Waiter>,
     next_waiter: u64,
     wakeup: Option<(u64, SpawnHandle)>,
@@ -491,6 +497,7 @@ impl QueueActor {
             recovery: actor_recovery,
             batch: CommitBatch::default(),
             committing: false,
+            loading: false,
             waiters: VecDeque::new(),
             next_waiter: 0,
             wakeup: None,
@@ -573,12 +580,13 @@ impl QueueActor {
         let path = self.path.clone();
         let queue_id = self.config.queue_id.clone();
         let panic_path = self.path.clone();
+        let resident_limit = self.limits.resident_messages;
         let open = async move {
             tokio::task::spawn_blocking(move || {
                 // A reopen can race the last holder of the old handle.
                 let mut attempt = 0;
                 loop {
-                    match QueueStore::open(&path, &queue_id) {
+                    match QueueStore::open(&path, &queue_id, resident_limit) {
                         Err(StoreError::Open {
                             source: redb::DatabaseError::DatabaseAlreadyOpen,
                             ..
@@ -605,8 +613,9 @@ impl QueueActor {
         };
         ctx.wait(open.into_actor(self).map(|result, act, ctx| match result {
             Ok((store, recovered)) => {
-                let n = recovered.records.len();
-                act.state = QueueState::recover(recovered, now_ms());
+                act.state = QueueState::recover(recovered, now_ms(), act.limits.resident_messages);
+                let n = act.state.len();
+                let on_disk_only = act.state.unloaded_count();
                 act.store_bytes = store.file_bytes();
                 act.store = Some(Arc::new(store));
                 act.broken = None;
@@ -616,7 +625,7 @@ impl QueueActor {
                 act.open_failures = 0;
                 act.recovery.store(RECOVERY_READY, Ordering::Release);
                 act.sync_push_child(ctx);
-                tracing::info!(queue = %act.config.name, queue_id = %act.config.queue_id, messages = n, "queue recovered");
+                tracing::info!(queue = %act.config.name, queue_id = %act.config.queue_id, messages = n, on_disk_only, "queue recovered");
                 act.tick(ctx);
             }
             Err(e) => {
@@ -640,8 +649,49 @@ impl QueueActor {
         }));
     }
 
+    /// Reads the next chunk of the on-disk backlog when the ready set runs
+    /// low (or retention is due there). A read transaction on a blocking
+    /// thread: it neither blocks the actor nor waits for a commit.
+    fn load_if_due(&mut self, ctx: &mut Context<Self>) {
+        if self.loading {
+            return;
+        }
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let Some(from) = self.state.load_due(now_ms(), self.retention_ms()) else {
+            return;
+        };
+        let limit = self.state.load_chunk_len();
+        self.loading = true;
+        let read = async move {
+            tokio::task::spawn_blocking(move || store.read_records(from, limit))
+                .await
+                .unwrap_or(Err(StoreError::TaskAborted))
+        };
+        ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
+            act.loading = false;
+            match result {
+                Ok(chunk) => {
+                    let progressed = !chunk.records.is_empty();
+                    act.state.apply_load(from, chunk, now_ms());
+                    if progressed {
+                        // Serve and notify first; `tick` reads again if due.
+                        act.tick(ctx);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(queue = %act.config.name, error = %e, "reading the on-disk backlog failed; retrying");
+                    act.last_error = Some((format!("backlog read failed: {e}"), now_ms()));
+                    ctx.run_later(Duration::from_millis(500), |act, ctx| act.tick(ctx));
+                }
+            }
+        }));
+    }
+
     /// Sends the open batch to disk unless a commit is already in flight.
     fn flush(&mut self, ctx: &mut Context<Self>) {
+        self.load_if_due(ctx);
         self.notify_push();
         if self.committing {
             return;
@@ -793,7 +843,9 @@ impl QueueActor {
     /// handles registered once, so it is cheap enough after every commit.
     fn publish_metrics(&self) {
         let m = &self.metrics;
-        m.ready.set(self.state.ready_count() as f64);
+        // Messages waiting on disk were never delivered: nearly all ready.
+        m.ready
+            .set((self.state.ready_count() as u64 + self.state.unloaded_count()) as f64);
         m.delayed.set(self.state.delayed_count() as f64);
         m.leased.set(self.state.leased_count() as f64);
         m.backlog.set(self.state.len() as f64);
@@ -1183,6 +1235,7 @@ impl QueueActor {
                 "leased": self.state.leased_count(),
                 "dead_lettering": self.state.transit_count(),
                 "total": self.state.len(),
+                "on_disk_only": self.state.unloaded_count(),
                 "bytes": self.state.bytes(),
             },
             "oldest_message_age_ms": self.state.oldest_timestamp().map(|t| now.saturating_sub(t)),
@@ -1329,10 +1382,17 @@ impl Handler<Pull> for QueueActor {
             .unwrap_or(consumer.settings.visibility_timeout_ms);
         self.tick(ctx);
         if let Some(tx) = self.lease_for(tx, limit, visibility) {
-            if msg.wait_ms > 0 && self.waiters.len() < MAX_WAITERS {
+            // Messages still on disk are on their way in: wait for them
+            // rather than answer "empty" over a backlog.
+            let wait_ms = if self.state.unloaded_count() > 0 {
+                msg.wait_ms.max(LOAD_WAIT_MS)
+            } else {
+                msg.wait_ms
+            };
+            if wait_ms > 0 && self.waiters.len() < MAX_WAITERS {
                 let id = self.next_waiter;
                 self.next_waiter += 1;
-                let timeout = ctx.run_later(Duration::from_millis(msg.wait_ms), move |act, _| {
+                let timeout = ctx.run_later(Duration::from_millis(wait_ms), move |act, _| {
                     act.expire_waiter(id)
                 });
                 self.waiters.push_back(Waiter {

@@ -9,10 +9,20 @@
 //!   become visible (for a lease, its deadline);
 //! - `by_age` indexes every message by publish time (retention);
 //! - `leased` counts records with `leased == true`; `bytes` sums sizes.
+//! - Past `resident_limit` records, new messages stay on disk only
+//!   (`unloaded`: every stored message with `seq >= unloaded.from` that
+//!   `messages` does not hold). None of them has ever been delivered, so
+//!   counts are all memory needs; `apply_load` brings them in, in arrival
+//!   order, when the ready set runs low or retention comes due. This keeps
+//!   memory flat however deep the backlog.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::store::{MessageRecord, Recovered};
+use crate::store::{MessageRecord, RecordChunk, Recovered, UnloadedSummary};
+
+/// Records read from disk per load. Large enough that a consumer pulling
+/// batches of 100 rarely waits on one, small enough to read in a few ms.
+const LOAD_CHUNK: usize = 8192;
 
 /// Why a retry or extension had no effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +56,7 @@ pub enum RetryOutcome {
     Exhausted,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct QueueState {
     messages: HashMap<u64, MessageRecord>,
     ready: BTreeSet<(u64, u64)>,
@@ -56,19 +66,119 @@ pub struct QueueState {
     leased: usize,
     bytes: u64,
     next_seq: u64,
+    /// The backlog beyond what is held in memory (see the module docs).
+    unloaded: UnloadedSummary,
+    /// Delivered messages recovered into memory with `seq >= unloaded.from`:
+    /// a chunk read must not bring them in a second time.
+    resident_above: BTreeSet<u64>,
+    resident_limit: usize,
+}
+
+impl Default for QueueState {
+    fn default() -> Self {
+        QueueState::new(usize::MAX)
+    }
 }
 
 impl QueueState {
-    pub fn recover(recovered: Recovered, now: u64) -> Self {
-        let mut state = QueueState {
-            next_seq: recovered.next_seq,
-            ..Default::default()
-        };
+    /// An empty queue that keeps at most `resident_limit` never-delivered
+    /// records in memory.
+    pub fn new(resident_limit: usize) -> Self {
+        QueueState {
+            messages: HashMap::new(),
+            ready: BTreeSet::new(),
+            pending: BTreeSet::new(),
+            transit: HashSet::new(),
+            by_age: BTreeSet::new(),
+            leased: 0,
+            bytes: 0,
+            next_seq: 0,
+            unloaded: UnloadedSummary::default(),
+            resident_above: BTreeSet::new(),
+            resident_limit: resident_limit.max(1),
+        }
+    }
+
+    pub fn recover(recovered: Recovered, now: u64, resident_limit: usize) -> Self {
+        let mut state = QueueState::new(resident_limit);
+        state.next_seq = recovered.next_seq;
+        state.messages.reserve(recovered.records.len());
         for (seq, record) in recovered.records {
             state.index(seq, record, now);
             state.next_seq = state.next_seq.max(seq + 1);
         }
+        state.unloaded = recovered.unloaded;
+        if state.unloaded.count > 0 {
+            state.resident_above = recovered.resident_above.into_iter().collect();
+            state.next_seq = state.next_seq.max(state.unloaded.from + 1);
+        }
         state
+    }
+
+    /// Where the next chunk read should start, when one is due: the ready
+    /// set is running low, or the oldest unloaded message has outlived the
+    /// retention period and must come in to be expired.
+    pub fn load_due(&self, now: u64, retention_ms: u64) -> Option<u64> {
+        let from = self.unloaded_from()?;
+        let low = self.ready.len() < (self.resident_limit / 2).max(1);
+        let expiring = self
+            .unloaded
+            .oldest_timestamp_ms
+            .is_some_and(|ts| ts.saturating_add(retention_ms) <= now);
+        (low || expiring).then_some(from)
+    }
+
+    /// Where the on-disk backlog starts, if there is one.
+    pub fn unloaded_from(&self) -> Option<u64> {
+        (self.unloaded.count > 0).then_some(self.unloaded.from)
+    }
+
+    /// How many records one load asks for.
+    pub fn load_chunk_len(&self) -> usize {
+        self.resident_limit.clamp(1, LOAD_CHUNK)
+    }
+
+    /// Indexes a chunk read from `from`. Returns whether it applied: a chunk
+    /// that a purge (or an earlier chunk) overtook is ignored.
+    pub fn apply_load(&mut self, from: u64, chunk: RecordChunk, now: u64) -> bool {
+        if self.unloaded.count == 0 || from != self.unloaded.from {
+            return false;
+        }
+        let mut last = None;
+        for (seq, record) in chunk.records {
+            if self.unloaded.count == 0 {
+                break;
+            }
+            last = Some(seq);
+            if seq < from || self.resident_above.remove(&seq) || self.messages.contains_key(&seq) {
+                continue;
+            }
+            self.unloaded.count -= 1;
+            self.unloaded.bytes -= u64::from(record.size);
+            self.index(seq, record, now);
+        }
+        match (chunk.next, last) {
+            (Some((seq, timestamp_ms)), _) => {
+                self.unloaded.from = seq;
+                self.unloaded.oldest_timestamp_ms = Some(timestamp_ms);
+            }
+            // The rest is still being committed; its publish time is no
+            // earlier than the one kept, so that bound stays safe.
+            (None, Some(seq)) => self.unloaded.from = seq + 1,
+            (None, None) => {}
+        }
+        if self.unloaded.count == 0 {
+            self.unloaded = UnloadedSummary::default();
+            self.resident_above.clear();
+        } else {
+            self.resident_above = self.resident_above.split_off(&self.unloaded.from);
+        }
+        true
+    }
+
+    /// Messages stored on disk only.
+    pub fn unloaded_count(&self) -> u64 {
+        self.unloaded.count
     }
 
     fn index(&mut self, seq: u64, record: MessageRecord, now: u64) {
@@ -115,11 +225,25 @@ impl QueueState {
         }
     }
 
-    /// Adds a new message; returns its sequence number.
+    /// Adds a new message; returns its sequence number. Past the resident
+    /// limit, or behind messages still on disk, it joins the unloaded part.
     pub fn insert(&mut self, record: MessageRecord, now: u64) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.index(seq, record, now);
+        if self.unloaded.count > 0 || self.messages.len() >= self.resident_limit {
+            let u = &mut self.unloaded;
+            if u.count == 0 {
+                u.from = seq;
+            }
+            u.count += 1;
+            u.bytes += u64::from(record.size);
+            u.oldest_timestamp_ms = Some(
+                u.oldest_timestamp_ms
+                    .map_or(record.timestamp_ms, |t| t.min(record.timestamp_ms)),
+            );
+        } else {
+            self.index(seq, record, now);
+        }
         seq
     }
 
@@ -272,12 +396,10 @@ impl QueueState {
 
     /// Deletes every message. Returns how many there were.
     pub fn purge(&mut self) -> usize {
-        let n = self.messages.len();
+        let n = self.len();
         let next_seq = self.next_seq;
-        *self = QueueState {
-            next_seq,
-            ..Default::default()
-        };
+        *self = QueueState::new(self.resident_limit);
+        self.next_seq = next_seq;
         n
     }
 
@@ -320,12 +442,18 @@ impl QueueState {
         self.messages.get(&seq)
     }
 
+    /// Every stored message, in memory or not.
     pub fn len(&self) -> usize {
-        self.messages.len()
+        self.messages.len() + self.unloaded.count as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.messages.is_empty()
+        self.len() == 0
+    }
+
+    /// Messages whose records are in memory.
+    pub fn resident_count(&self) -> usize {
+        self.messages.len()
     }
 
     pub fn ready_count(&self) -> usize {
@@ -354,7 +482,7 @@ impl QueueState {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.bytes + self.unloaded.bytes
     }
 
     pub fn next_seq(&self) -> u64 {
@@ -362,7 +490,11 @@ impl QueueState {
     }
 
     pub fn oldest_timestamp(&self) -> Option<u64> {
-        self.by_age.first().map(|(ts, _)| *ts)
+        let resident = self.by_age.first().map(|(ts, _)| *ts);
+        match (resident, self.unloaded.oldest_timestamp_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// When the next delayed message or lease deadline comes due.
@@ -390,6 +522,12 @@ impl QueueState {
             assert!(seen.insert(*seq), "{seq} indexed twice");
         }
         assert_eq!(seen.len(), self.messages.len(), "every message indexed once");
+        if self.unloaded.count == 0 {
+            assert!(self.resident_above.is_empty());
+        } else {
+            assert!(self.resident_above.iter().all(|s| *s >= self.unloaded.from));
+            assert!(self.unloaded.from < self.next_seq);
+        }
         assert_eq!(self.by_age.len(), self.messages.len());
         assert_eq!(self.leased, self.messages.values().filter(|r| r.leased).count());
         assert_eq!(
@@ -463,6 +601,80 @@ mod tests {
         s.promote(100, 5);
         let order: Vec<u64> = s.peek(10).into_iter().map(|(q, _)| q).collect();
         assert_eq!(order, vec![first, second, late]);
+    }
+
+    fn chunk(records: Vec<(u64, MessageRecord)>) -> RecordChunk {
+        RecordChunk { records, next: None }
+    }
+
+    #[test]
+    fn a_deep_backlog_spills_to_disk_and_loads_back_in_order() {
+        let mut s = QueueState::new(2);
+        let seqs: Vec<u64> = (0..5).map(|i| s.insert(rec(i, 0, 0), 0)).collect();
+        assert_eq!((s.resident_count(), s.unloaded_count(), s.len()), (2, 3, 5));
+        assert_eq!(s.bytes(), 50);
+        // ready is not low yet (2 >= 2/2)
+        assert_eq!(s.load_due(0, u64::MAX), None);
+        let (got, _) = s.lease(0, 2, 100, 4);
+        assert_eq!(got.iter().map(|(q, _)| *q).collect::<Vec<_>>(), seqs[..2]);
+        assert_eq!(s.load_due(0, u64::MAX), Some(2));
+        assert!(s.apply_load(
+            2,
+            RecordChunk {
+                records: vec![(2, rec(2, 0, 0))],
+                next: Some((3, 0))
+            },
+            0
+        ));
+        assert_eq!((s.unloaded_count(), s.unloaded_from()), (2, Some(3)));
+        // a stale chunk (from an overtaken read) is ignored
+        assert!(!s.apply_load(2, chunk(vec![(2, rec(2, 0, 0))]), 0));
+        assert!(s.apply_load(3, chunk(vec![(3, rec(3, 0, 0)), (4, rec(4, 0, 0))]), 0));
+        assert_eq!((s.resident_count(), s.unloaded_count()), (5, 0));
+        let (got, _) = s.lease(0, 10, 100, 4);
+        assert_eq!(got.iter().map(|(q, _)| *q).collect::<Vec<_>>(), seqs[2..]);
+        s.check_invariants();
+    }
+
+    #[test]
+    fn a_delivered_message_recovered_above_the_backlog_is_not_loaded_twice() {
+        let fresh = rec(0, 0, 0);
+        let mut delivered = rec(5, 0, 0);
+        delivered.attempts = 1;
+        delivered.leased = true;
+        delivered.visible_at_ms = 1_000;
+        let recovered = Recovered {
+            records: vec![(0, fresh), (5, delivered)],
+            next_seq: 7,
+            unloaded: UnloadedSummary {
+                from: 1,
+                count: 5,
+                bytes: 50,
+                oldest_timestamp_ms: Some(0),
+            },
+            resident_above: vec![5],
+        };
+        let mut s = QueueState::recover(recovered, 0, 1);
+        assert_eq!(s.len(), 7);
+        // the consumer acks its lease before the chunk arrives
+        assert!(s.ack(5).is_ok());
+        let on_disk: Vec<(u64, MessageRecord)> = (1..7).map(|q| (q, rec(q as u128, 0, 0))).collect();
+        assert!(s.apply_load(1, chunk(on_disk), 0));
+        assert!(s.get(5).is_none(), "an acked message came back");
+        assert_eq!((s.len(), s.unloaded_count()), (6, 0));
+        s.check_invariants();
+    }
+
+    #[test]
+    fn purge_forgets_the_on_disk_backlog() {
+        let mut s = QueueState::new(1);
+        for i in 0..3 {
+            s.insert(rec(i, 0, 0), 0);
+        }
+        assert_eq!(s.purge(), 3);
+        assert!(s.is_empty());
+        assert!(!s.apply_load(1, chunk(vec![(1, rec(1, 0, 0))]), 0));
+        assert!(s.is_empty());
     }
 
     #[derive(Debug, Clone)]

@@ -110,6 +110,23 @@ impl Real {
         self.store.as_ref().unwrap().commit(ops, next).unwrap();
     }
 
+    /// Reads the on-disk backlog in, chunk by chunk, as the actor does.
+    fn load_all(&mut self, now: u64) {
+        while let Some(from) = self.state.unloaded_from() {
+            let chunk = self
+                .store
+                .as_ref()
+                .unwrap()
+                .read_records(from, self.state.load_chunk_len())
+                .unwrap();
+            let progressed = !chunk.records.is_empty();
+            assert!(self.state.apply_load(from, chunk, now));
+            if !progressed {
+                break;
+            }
+        }
+    }
+
     fn drop_all(&mut self, seqs: Vec<u64>, ops: &mut Vec<StoreOp>) {
         for seq in seqs {
             if self.state.finish_transit(seq).is_some() {
@@ -128,11 +145,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_queue_matches_a_naive_model_across_restarts(ops in proptest::collection::vec(op(), 1..60)) {
+    fn the_queue_matches_a_naive_model_across_restarts(
+        ops in proptest::collection::vec(op(), 1..60),
+        resident_limit in prop_oneof![Just(usize::MAX), 1usize..6],
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.redb");
-        let (store, recovered) = QueueStore::open(&path, "q").unwrap();
-        let mut real = Real { state: QueueState::recover(recovered, 0), store: Some(store), path };
+        let (store, recovered) = QueueStore::open(&path, "q", resident_limit).unwrap();
+        let mut real = Real { state: QueueState::recover(recovered, 0, resident_limit), store: Some(store), path };
         let mut model = Model::default();
         let mut now = 1_000u64;
         let mut leases: Vec<(u64, u32)> = Vec::new();
@@ -224,12 +244,15 @@ proptest! {
                 }
                 Op::Restart => {
                     drop(real.store.take());
-                    let (store, recovered) = QueueStore::open(&real.path, "q").unwrap();
-                    real.state = QueueState::recover(recovered, now);
+                    let (store, recovered) = QueueStore::open(&real.path, "q", resident_limit).unwrap();
+                    real.state = QueueState::recover(recovered, now, resident_limit);
                     real.store = Some(store);
                 }
             }
             real.commit(ops);
+            real.state.check_invariants();
+            // the actor reads the on-disk backlog in before it runs dry
+            real.load_all(now);
             real.state.check_invariants();
             // after settling both sides, every message agrees
             let exhausted = real.state.promote(now, MAX_DELIVERIES);

@@ -163,6 +163,10 @@ pub struct ServeArgs {
     /// 429 (code 10250) with Retry-After.
     #[arg(long, env = "HOPPER_QUEUE_MAX_PENDING_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub queue_max_pending_bytes: usize,
+    /// Never-delivered messages a queue keeps indexed in memory (about 120
+    /// bytes each); a deeper backlog waits on disk and is read in chunks.
+    #[arg(long, env = "HOPPER_QUEUE_RESIDENT_MESSAGES", default_value_t = 100_000)]
+    pub queue_resident_messages: usize,
     /// Milliseconds a client has to send its request headers (slowloris).
     #[arg(long, env = "HOPPER_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
@@ -203,6 +207,7 @@ impl ServeArgs {
             header_timeout_ms: self.header_timeout_ms.max(100),
             max_connections_per_worker: self.max_connections.max(16),
             queue_max_pending_bytes: self.queue_max_pending_bytes,
+            queue_resident_messages: self.queue_resident_messages.max(1),
         }
     }
 }

@@ -20,6 +20,9 @@ pub struct ServeConfig {
     pub push_max_concurrency: usize,
     /// Uncommitted message bytes per queue before sends get 429.
     pub queue_max_pending_bytes: usize,
+    /// Never-delivered messages per queue indexed in memory; the rest of a
+    /// backlog stays on disk until consumers get near it.
+    pub queue_resident_messages: usize,
     /// Time a client has to send its request headers.
     pub header_timeout_ms: u64,
     /// Open connections one HTTP worker accepts before it stops accepting.

@@ -10,7 +10,7 @@ pub mod record;
 
 pub use catalog::Catalog;
 pub use error::StoreError;
-pub use queue_store::{CommitOutcome, QueueStore, Recovered, StoreOp};
+pub use queue_store::{CommitOutcome, QueueStore, RecordChunk, Recovered, StoreOp, UnloadedSummary};
 pub use record::{ContentType, MessageRecord};
 
 /// On-disk format of queue stores. Bump it with a step in `migrations/`.

@@ -55,11 +55,39 @@ pub struct CommitOutcome {
     pub duration: Duration,
 }
 
-/// What was on disk when the store was opened.
+/// What was on disk when the store was opened. Only part of a deep backlog
+/// is read into memory: the first `resident_limit` never-delivered messages
+/// in arrival order, plus every message that was ever delivered (it may hold
+/// a lease a consumer will ack). The rest stays on disk, summarized in
+/// `unloaded`, and is read in chunks (`read_records`) as consumers need it.
 #[derive(Debug, Default)]
 pub struct Recovered {
     pub records: Vec<(u64, MessageRecord)>,
     pub next_seq: u64,
+    pub unloaded: UnloadedSummary,
+    /// Delivered messages with `seq >= unloaded.from`: in `records`
+    /// already, so a later chunk read must skip them.
+    pub resident_above: Vec<u64>,
+}
+
+/// The part of the backlog left on disk at recovery: every message with
+/// `seq >= from` that is not in `Recovered::records`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UnloadedSummary {
+    pub from: u64,
+    pub count: u64,
+    pub bytes: u64,
+    /// Publish time of the first of them (arrival order is publish order,
+    /// barring wall-clock steps back).
+    pub oldest_timestamp_ms: Option<u64>,
+}
+
+/// A chunk of records read back from disk, in seq order.
+#[derive(Debug, Default)]
+pub struct RecordChunk {
+    pub records: Vec<(u64, MessageRecord)>,
+    /// The first record after the chunk: its seq and publish time.
+    pub next: Option<(u64, u64)>,
 }
 
 pub struct QueueStore {
@@ -69,8 +97,12 @@ pub struct QueueStore {
 
 impl QueueStore {
     /// Opens (creating if needed) a queue's store, upgrading an older format,
-    /// and reads back every record.
-    pub fn open(path: &Path, queue_id: &str) -> Result<(QueueStore, Recovered), StoreError> {
+    /// and reads back the records that belong in memory (see `Recovered`).
+    pub fn open(
+        path: &Path,
+        queue_id: &str,
+        resident_limit: usize,
+    ) -> Result<(QueueStore, Recovered), StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -86,7 +118,7 @@ impl QueueStore {
             path: path.to_path_buf(),
         };
         store.ensure_format(queue_id)?;
-        let recovered = store.load()?;
+        let recovered = store.load(resident_limit)?;
         Ok((store, recovered))
     }
 
@@ -136,23 +168,64 @@ impl QueueStore {
         FORMAT_VERSION
     }
 
-    fn load(&self) -> Result<Recovered, StoreError> {
+    fn load(&self, resident_limit: usize) -> Result<Recovered, StoreError> {
         let txn = self.db.begin_read()?;
         let meta = txn.open_table(META)?;
         let mut next_seq = meta.get(KEY_NEXT_SEQ)?.map(|v| v.value()).unwrap_or(0);
         let messages = txn.open_table(MESSAGES)?;
-        let mut records = Vec::with_capacity(messages.len()? as usize);
+        let total = messages.len()? as usize;
+        let mut recovered = Recovered {
+            records: Vec::with_capacity(total.min(resident_limit)),
+            ..Recovered::default()
+        };
+        let unloaded = &mut recovered.unloaded;
+        let mut fresh_resident = 0usize;
         for entry in messages.iter()? {
             let (key, value) = entry?;
             let seq = key.value();
-            let record = MessageRecord::decode(value.value()).ok_or(StoreError::Corrupt {
-                table: "messages",
-                key: seq.to_string(),
-            })?;
+            let record = decode(seq, value.value())?;
             next_seq = next_seq.max(seq + 1);
-            records.push((seq, record));
+            let delivered = record.attempts > 0 || record.leased;
+            if unloaded.count == 0 && (delivered || fresh_resident < resident_limit) {
+                fresh_resident += usize::from(!delivered);
+                recovered.records.push((seq, record));
+            } else if delivered {
+                recovered.resident_above.push(seq);
+                recovered.records.push((seq, record));
+            } else {
+                if unloaded.count == 0 {
+                    unloaded.from = seq;
+                    unloaded.oldest_timestamp_ms = Some(record.timestamp_ms);
+                }
+                unloaded.count += 1;
+                unloaded.bytes += u64::from(record.size);
+            }
         }
-        Ok(Recovered { records, next_seq })
+        recovered.next_seq = next_seq;
+        Ok(recovered)
+    }
+
+    /// Reads up to `limit` records with `seq >= from` from the last
+    /// committed state, plus the seq and publish time of the one after.
+    /// A read transaction: it runs beside a commit without waiting for it.
+    pub fn read_records(&self, from: u64, limit: usize) -> Result<RecordChunk, StoreError> {
+        let txn = self.db.begin_read()?;
+        let messages = txn.open_table(MESSAGES)?;
+        let mut chunk = RecordChunk {
+            records: Vec::with_capacity(limit),
+            next: None,
+        };
+        for entry in messages.range(from..)? {
+            let (key, value) = entry?;
+            let seq = key.value();
+            let record = decode(seq, value.value())?;
+            if chunk.records.len() == limit {
+                chunk.next = Some((seq, record.timestamp_ms));
+                break;
+            }
+            chunk.records.push((seq, record));
+        }
+        Ok(chunk)
     }
 
     /// Runs `ops` in one write transaction and waits for its fsync. Blocks:
@@ -218,6 +291,13 @@ impl QueueStore {
     }
 }
 
+fn decode(seq: u64, bytes: &[u8]) -> Result<MessageRecord, StoreError> {
+    MessageRecord::decode(bytes).ok_or(StoreError::Corrupt {
+        table: "messages",
+        key: seq.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +320,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.redb");
         {
-            let (store, rec) = QueueStore::open(&path, "q").unwrap();
+            let (store, rec) = QueueStore::open(&path, "q", usize::MAX).unwrap();
             assert!(rec.records.is_empty());
             let out = store
                 .commit(
@@ -264,12 +344,12 @@ mod tests {
                 .unwrap();
             assert_eq!(out.reads, vec![Some(b"b".to_vec()), None]);
         }
-        let (store, rec) = QueueStore::open(&path, "q").unwrap();
+        let (store, rec) = QueueStore::open(&path, "q", usize::MAX).unwrap();
         assert_eq!(rec.records, vec![(1, record(11))]);
         assert_eq!(rec.next_seq, 2);
         store.commit(vec![StoreOp::DeleteAll], 2).unwrap();
         drop(store);
-        let (_, rec) = QueueStore::open(&path, "q").unwrap();
+        let (_, rec) = QueueStore::open(&path, "q", usize::MAX).unwrap();
         assert!(rec.records.is_empty());
         assert_eq!(rec.next_seq, 2, "the high-water mark survives a purge");
     }
