@@ -54,6 +54,9 @@ struct Opts {
     /// Offered load (msg/s) for the push latency measurement.
     #[arg(long, default_value_t = 2_000)]
     push_rate: u64,
+    /// Offered load (msg/s) for the pull latency scenario.
+    #[arg(long, default_value_t = 5_000)]
+    latency_rate: u64,
     /// Runs of each scenario; the table shows medians (and the msg/s range).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -459,6 +462,74 @@ async fn run_push(
         &format!("push, batch_size {batch_size} (offered {rate} msg/s), e2e latency"),
         &stats,
         seconds,
+    )
+}
+
+/// Pull latency: single sends at a fixed offered load (open loop, each
+/// stamped with its intended send time) while `consumers` long-poll, pull
+/// and ack; records send-to-receipt latency.
+async fn run_pull_latency(target: Arc<Target>, run: &str, rate: u64, consumers: usize, duration: Duration) -> Row {
+    let q = target.create_queue(&format!("latency-{run}"), true).await.expect("queue");
+    let stats = Stats::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..consumers {
+        let (t, q, s, stop) = (target.clone(), q.clone(), stats.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let pull = bytes::Bytes::from_static(br#"{"batch_size": 100, "visibility_timeout_ms": 60000, "wait_ms": 1000}"#);
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(body) = t.post_raw(&format!("/queues/{q}/messages/pull"), pull.clone()).await else {
+                    continue;
+                };
+                let now = now_us();
+                let Ok(v) = serde_json::from_slice::<Value>(&body) else { continue };
+                let Some(msgs) = v["result"]["messages"].as_array() else { continue };
+                if msgs.is_empty() {
+                    continue;
+                }
+                if let Ok(mut lat) = s.latencies_us.lock() {
+                    for m in msgs {
+                        let sent: u64 = m["body"].as_str().and_then(|b| b.split(':').next()?.parse().ok()).unwrap_or(now);
+                        lat.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
+                    }
+                }
+                s.messages.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+                let acks: Vec<Value> = msgs.iter().map(|m| json!({"lease_id": m["lease_id"]})).collect();
+                let ack = serde_json::to_vec(&json!({ "acks": acks })).expect("json");
+                let _ = t.post_raw(&format!("/queues/{q}/messages/ack"), ack.into()).await;
+            }
+        }));
+    }
+    let senders = 32u64;
+    let pad = "x".repeat(1000);
+    let started = Instant::now();
+    let base_us = now_us();
+    for i in 0..senders {
+        let (t, q, stop, pad) = (target.clone(), q.clone(), stop.clone(), pad.clone());
+        tasks.push(tokio::spawn(async move {
+            let interval_us = senders * 1_000_000 / rate;
+            let mut k = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let intended = base_us + i * 1_000_000 / rate + k * interval_us;
+                k += 1;
+                let now = now_us();
+                if intended > now {
+                    tokio::time::sleep(Duration::from_micros(intended - now)).await;
+                }
+                let body = serde_json::to_vec(&json!({"body": format!("{intended}:{pad}"), "content_type": "text"})).expect("json");
+                let _ = t.post_raw(&format!("/queues/{q}/messages"), body.into()).await;
+            }
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    summarize(
+        &format!("pull latency at {rate} msg/s offered, {consumers} consumers, send to receipt"),
+        &stats,
+        started.elapsed().as_secs_f64(),
     )
 }
 
@@ -1004,7 +1075,10 @@ async fn main() {
                         );
                     }
                 }
-                other => eprintln!("unknown scenario {other:?} (batch, single, pullack, push)"),
+                "latency" => {
+                    rows.push(run_pull_latency(target.clone(), &run, opts.latency_rate, 2, duration).await);
+                }
+                other => eprintln!("unknown scenario {other:?} (batch, single, pullack, push, latency)"),
             }
         }
     }
