@@ -468,28 +468,49 @@ async fn run_push(
 /// Pull latency: single sends at a fixed offered load (open loop, each
 /// stamped with its intended send time) while `consumers` long-poll, pull
 /// and ack; records send-to-receipt latency.
-async fn run_pull_latency(target: Arc<Target>, run: &str, rate: u64, consumers: usize, duration: Duration) -> Row {
-    let q = target.create_queue(&format!("latency-{run}"), true).await.expect("queue");
+async fn run_pull_latency(
+    target: Arc<Target>,
+    run: &str,
+    rate: u64,
+    consumers: usize,
+    duration: Duration,
+) -> Row {
+    let q = target
+        .create_queue(&format!("latency-{run}"), true)
+        .await
+        .expect("queue");
     let stats = Stats::new();
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..consumers {
         let (t, q, s, stop) = (target.clone(), q.clone(), stats.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let pull = bytes::Bytes::from_static(br#"{"batch_size": 100, "visibility_timeout_ms": 60000, "wait_ms": 1000}"#);
+            let pull = bytes::Bytes::from_static(
+                br#"{"batch_size": 100, "visibility_timeout_ms": 60000, "wait_ms": 1000}"#,
+            );
             while !stop.load(Ordering::Relaxed) {
-                let Ok(body) = t.post_raw(&format!("/queues/{q}/messages/pull"), pull.clone()).await else {
+                let Ok(body) = t
+                    .post_raw(&format!("/queues/{q}/messages/pull"), pull.clone())
+                    .await
+                else {
                     continue;
                 };
                 let now = now_us();
-                let Ok(v) = serde_json::from_slice::<Value>(&body) else { continue };
-                let Some(msgs) = v["result"]["messages"].as_array() else { continue };
+                let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+                    continue;
+                };
+                let Some(msgs) = v["result"]["messages"].as_array() else {
+                    continue;
+                };
                 if msgs.is_empty() {
                     continue;
                 }
                 if let Ok(mut lat) = s.latencies_us.lock() {
                     for m in msgs {
-                        let sent: u64 = m["body"].as_str().and_then(|b| b.split(':').next()?.parse().ok()).unwrap_or(now);
+                        let sent: u64 = m["body"]
+                            .as_str()
+                            .and_then(|b| b.split(':').next()?.parse().ok())
+                            .unwrap_or(now);
                         lat.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
                     }
                 }
@@ -516,7 +537,9 @@ async fn run_pull_latency(target: Arc<Target>, run: &str, rate: u64, consumers: 
                 if intended > now {
                     tokio::time::sleep(Duration::from_micros(intended - now)).await;
                 }
-                let body = serde_json::to_vec(&json!({"body": format!("{intended}:{pad}"), "content_type": "text"})).expect("json");
+                let body =
+                    serde_json::to_vec(&json!({"body": format!("{intended}:{pad}"), "content_type": "text"}))
+                        .expect("json");
                 let _ = t.post_raw(&format!("/queues/{q}/messages"), body.into()).await;
             }
         }));
@@ -822,7 +845,10 @@ async fn scaling(opts: &Opts) {
         if crash {
             let _ = child.kill();
         } else {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
         }
         let _ = child.wait();
         let started = Instant::now();
@@ -837,7 +863,10 @@ async fn scaling(opts: &Opts) {
         wait_ready(&target).await;
         let pull = bytes::Bytes::from_static(br#"{"batch_size": 1, "visibility_timeout_ms": 1000}"#);
         loop {
-            if let Ok(b) = target.post_raw(&format!("/queues/{queue}/messages/pull"), pull.clone()).await {
+            if let Ok(b) = target
+                .post_raw(&format!("/queues/{queue}/messages/pull"), pull.clone())
+                .await
+            {
                 if serde_json::from_slice::<Value>(&b)
                     .is_ok_and(|v| v["result"]["messages"].as_array().is_some_and(|m| !m.is_empty()))
                 {

@@ -255,18 +255,30 @@ pub struct BacklogMetrics {
 }
 
 /// A body as a pull or peek returns it: text plain, json and bytes base64.
-pub fn encode_body(content_type: ContentType, body: &[u8]) -> String {
+/// Text was UTF-8 when it arrived, so it moves into the String uncopied.
+pub fn encode_body(content_type: ContentType, body: Vec<u8>) -> String {
     match content_type {
-        ContentType::Text => String::from_utf8_lossy(body).into_owned(),
+        ContentType::Text => {
+            String::from_utf8(body).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        }
         ContentType::Json | ContentType::Bytes => STANDARD.encode(body),
     }
 }
 
-pub fn message_metadata(content_type: ContentType) -> Value {
-    serde_json::json!({
-        "CF-Content-Type": content_type.as_str(),
-        "CF-sourceMessageSource": "api",
-    })
+/// A pulled or peeked message's `metadata`, as Cloudflare returns it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct MessageMetadata {
+    #[serde(rename = "CF-Content-Type")]
+    content_type: &'static str,
+    #[serde(rename = "CF-sourceMessageSource")]
+    source: &'static str,
+}
+
+pub fn message_metadata(content_type: ContentType) -> MessageMetadata {
+    MessageMetadata {
+        content_type: content_type.as_str(),
+        source: "api",
+    }
 }
 
 pub fn format_message_id(id: u128) -> String {
@@ -279,7 +291,7 @@ pub struct PulledMessage {
     pub timestamp_ms: u64,
     pub attempts: u32,
     pub body: String,
-    pub metadata: Value,
+    pub metadata: MessageMetadata,
     pub lease_id: String,
 }
 
@@ -289,7 +301,7 @@ pub struct PeekedMessage {
     pub timestamp_ms: u64,
     pub attempts: u32,
     pub body: String,
-    pub metadata: Value,
+    pub metadata: MessageMetadata,
     #[serde(rename = "ref")]
     pub message_ref: String,
 }

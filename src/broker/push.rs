@@ -18,7 +18,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::value::RawValue;
 use sha2::Sha256;
 
 use super::model::{now_ms, ConsumerRecord, FunctionRecord};
@@ -317,12 +317,39 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-fn body_value(content_type: ContentType, body: &[u8]) -> Value {
+/// The body a function receives: stored JSON goes out as the bytes that
+/// were stored (checked, not rebuilt), text as a string, bytes as base64.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum PushedBody<'a> {
+    Json(&'a RawValue),
+    Text(std::borrow::Cow<'a, str>),
+    Base64(String),
+    Missing(Option<()>),
+}
+
+fn pushed_body(content_type: ContentType, body: &[u8]) -> PushedBody<'_> {
     match content_type {
-        ContentType::Json => serde_json::from_slice(body).unwrap_or(Value::Null),
-        ContentType::Text => Value::String(String::from_utf8_lossy(body).into_owned()),
-        ContentType::Bytes => Value::String(STANDARD.encode(body)),
+        ContentType::Json => serde_json::from_slice(body).map_or(PushedBody::Missing(None), PushedBody::Json),
+        ContentType::Text => PushedBody::Text(String::from_utf8_lossy(body)),
+        ContentType::Bytes => PushedBody::Base64(STANDARD.encode(body)),
     }
+}
+
+#[derive(Serialize)]
+struct PushedItem<'a> {
+    id: &'a str,
+    timestamp_ms: u64,
+    attempts: u32,
+    content_type: &'static str,
+    body: PushedBody<'a>,
+}
+
+#[derive(Serialize)]
+struct PushRequest<'a> {
+    queue: &'a str,
+    batch_id: &'a str,
+    messages: Vec<PushedItem<'a>>,
 }
 
 /// POSTs a batch. On no response, also says why (connect error or timeout).
@@ -333,20 +360,22 @@ async fn deliver(
     batch: &[PushedMessage],
 ) -> (Reply, Option<String>) {
     let batch_id = uuid::Uuid::new_v4().simple().to_string();
-    let messages: Vec<Value> = batch
+    let messages = batch
         .iter()
-        .map(|m| {
-            json!({
-                "id": m.id,
-                "timestamp_ms": m.timestamp_ms,
-                "attempts": m.attempt,
-                "content_type": m.content_type.as_str(),
-                "body": body_value(m.content_type, &m.body),
-            })
+        .map(|m| PushedItem {
+            id: &m.id,
+            timestamp_ms: m.timestamp_ms,
+            attempts: m.attempt,
+            content_type: m.content_type.as_str(),
+            body: pushed_body(m.content_type, &m.body),
         })
         .collect();
-    let body = serde_json::to_vec(&json!({"queue": queue, "batch_id": batch_id, "messages": messages}))
-        .unwrap_or_default();
+    let request = PushRequest {
+        queue,
+        batch_id: &batch_id,
+        messages,
+    };
+    let body = serde_json::to_vec(&request).unwrap_or_default();
     let mut request = client
         .post(&function.url)
         .timeout(Duration::from_millis(function.timeout_ms))

@@ -781,7 +781,7 @@ impl QueueActor {
                             id: format_message_id(record.id),
                             timestamp_ms: record.timestamp_ms,
                             attempts: record.attempts,
-                            body: encode_body(record.content_type, &body),
+                            body: encode_body(record.content_type, body),
                             metadata: message_metadata(record.content_type),
                             lease_id: self.signer.lease_id(&self.config.queue_id, seq, record.attempts),
                         })
@@ -1536,7 +1536,7 @@ impl Handler<Peek> for QueueActor {
                         id: format_message_id(record.id),
                         timestamp_ms: record.timestamp_ms,
                         attempts: record.attempts,
-                        body: encode_body(record.content_type, &body),
+                        body: encode_body(record.content_type, body),
                         metadata: message_metadata(record.content_type),
                         message_ref: signer.message_ref(&queue_id, seq),
                     })
