@@ -196,6 +196,9 @@ async fn serve(
     .client_request_timeout(std::time::Duration::from_millis(config.header_timeout_ms))
     .client_disconnect_timeout(std::time::Duration::from_secs(2))
     .keep_alive(std::time::Duration::from_secs(75))
+    // Replies go out in more than one write (headers, then a large body);
+    // with Nagle on, a later write can wait for the client's delayed ACK.
+    .tcp_nodelay(true)
     .max_connections(config.max_connections_per_worker)
     // Hopper handles SIGTERM/SIGINT itself: long polls are answered first,
     // so a drain does not wait out their timeouts.
