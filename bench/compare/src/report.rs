@@ -40,7 +40,7 @@ const METHOD: &[&str] = &[
     "W4–W7b latencies are end to end: receipt time − the send time carried in the message. W4 and W6 producers send as fast as they can, so a queue whose consumers fall behind builds up and its latency grows with the run.",
     "W5 and W7b are open loop: 32 sender tasks on a fixed schedule, each message stamped with its *intended* send time, so a stalled sender can't hide latency. Their rate is what was sent in the window (at most the offered load).",
     "pgmq consumers that wait use `read_with_poll` with a 1 ms poll interval (5 ms in W6, where 100 consumers poll at once). Hopper consumers long-poll (`wait_ms` 1000); RabbitMQ consumers use `basic_consume`, taking the first delivery and whatever else has already arrived, up to 100, acked with one `multiple` ack.",
-    "W7: Hopper delivers through its own worker consumer (batch_size 100, max_wait_time_ms 50: at low rates a batch waits up to 50 ms to fill). RabbitMQ and pgmq have no HTTP push, so 4 bridge tasks do what a user would write: consume up to 100, POST them to the function in Hopper's push shape, ack after its 200. The function is an HTTP server inside the load generator.",
+    "W7: Hopper delivers through its own worker consumer (batch_size 100, max_wait_time_ms 0: whatever is ready goes at once, as the bridges do). RabbitMQ and pgmq have no HTTP push, so 4 bridge tasks do what a user would write: consume up to 100, POST them to the function in Hopper's push shape, ack after its 200. The function is an HTTP server inside the load generator.",
 ];
 
 fn cell_text(s: &str) -> String {

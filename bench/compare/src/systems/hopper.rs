@@ -319,7 +319,8 @@ impl Broker for Hopper {
             .post_json(
                 &format!("/queues/{}/consumers", queue.id),
                 json!({"type": "worker", "script_name": function,
-                       "settings": {"batch_size": 100, "max_wait_time_ms": 50}}),
+                       // Like the peers' bridges: send whatever is ready at once.
+                       "settings": {"batch_size": 100, "max_wait_time_ms": 0}}),
             )
             .await?;
         Ok(())
