@@ -129,6 +129,15 @@ struct Target {
 }
 
 impl Target {
+    fn new(root: String, token: &str, account: &str) -> Target {
+        Target {
+            root,
+            token: token.to_owned(),
+            account: account.to_owned(),
+            client: client(),
+        }
+    }
+
     fn base(&self) -> String {
         format!("{}/client/v4/accounts/{}", self.root, self.account)
     }
@@ -793,12 +802,7 @@ async fn scaling(opts: &Opts) {
     let dir = opts.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     let token = format!("bench-{}", uuid::Uuid::new_v4().simple());
     let (mut child, root) = spawn_server(&dir, &token);
-    let target = Arc::new(Target {
-        root,
-        token: token.clone(),
-        account: opts.account.clone(),
-        client: client(),
-    });
+    let target = Arc::new(Target::new(root, &token, &opts.account));
     wait_ready(&target).await;
     let queue = target.create_queue("scaling", true).await.expect("queue");
     let duration = Duration::from_secs(opts.duration);
@@ -854,12 +858,7 @@ async fn scaling(opts: &Opts) {
         let started = Instant::now();
         let (next, root) = spawn_server(&dir, &token);
         child = next;
-        let target = Arc::new(Target {
-            root,
-            token: token.clone(),
-            account: opts.account.clone(),
-            client: client(),
-        });
+        let target = Arc::new(Target::new(root, &token, &opts.account));
         wait_ready(&target).await;
         let pull = bytes::Bytes::from_static(br#"{"batch_size": 1, "visibility_timeout_ms": 1000}"#);
         loop {
@@ -1005,15 +1004,7 @@ async fn main() {
             (root, token)
         }
     };
-    let target = Arc::new(Target {
-        root: root.clone(),
-        token,
-        account: opts.account.clone(),
-        client: reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .build()
-            .expect("client"),
-    });
+    let target = Arc::new(Target::new(root.clone(), &token, &opts.account));
     for _ in 0..300 {
         if target.client.get(format!("{root}/healthz")).send().await.is_ok() {
             break;

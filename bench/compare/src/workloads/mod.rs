@@ -353,10 +353,14 @@ fn e2e_consumer(received: Option<Arc<AtomicU64>>, after_deadline: bool) -> Consu
     }
 }
 
-/// Workload 4: one queue, 4 producers and 4 consumers, starting empty.
-async fn produce_consume<B: Broker>(b: &B, q: &Queue, ctx: &Ctx) -> Result<Outcome> {
-    let ps = try_join_all((0..4).map(|_| b.producer(q, Link::Own))).await?;
-    let cs = try_join_all((0..4).map(|_| b.consumer(q, Link::Own, consume_opts(ctx)))).await?;
+/// Runs producers (batches of 100) and consumers together for the window;
+/// the rate is what was consumed, the latency end to end (W4 and W6).
+async fn produce_and_consume<B: Broker>(
+    b: &B,
+    ps: Vec<B::Producer>,
+    cs: Vec<B::Consumer>,
+    ctx: &Ctx,
+) -> Result<Outcome> {
     let cpu = CpuMeter::start(&b.cpu_source());
     let w = Window::new(ctx.duration);
     let mut tasks = Tasks::new();
@@ -374,6 +378,13 @@ async fn produce_consume<B: Broker>(b: &B, q: &Queue, ctx: &Ctx) -> Result<Outco
         cpu_us_per_msg: per_message(cpu_us, tally.consumed),
         ..Outcome::default()
     })
+}
+
+/// Workload 4: one queue, 4 producers and 4 consumers, starting empty.
+async fn produce_consume<B: Broker>(b: &B, q: &Queue, ctx: &Ctx) -> Result<Outcome> {
+    let ps = try_join_all((0..4).map(|_| b.producer(q, Link::Own))).await?;
+    let cs = try_join_all((0..4).map(|_| b.consumer(q, Link::Own, consume_opts(ctx)))).await?;
+    produce_and_consume(b, ps, cs, ctx).await
 }
 
 /// Workload 5: fixed offered load, 2 consumers.
@@ -447,21 +458,5 @@ async fn many_queues_measure<B: Broker>(b: &B, queues: &[Queue], ctx: &Ctx) -> R
             .map(|(i, q)| b.consumer(q, link(i), opts)),
     )
     .await?;
-    let cpu = CpuMeter::start(&b.cpu_source());
-    let w = Window::new(ctx.duration);
-    let mut tasks = Tasks::new();
-    for c in cs {
-        spawn(&mut tasks, &w, consume(c, e2e_consumer(None, false), w.clone()));
-    }
-    for p in ps {
-        spawn(&mut tasks, &w, produce(p, 100, w.clone()));
-    }
-    let (tally, seconds, cpu_us) = measure(&mut tasks, &w, &cpu).await?;
-    Ok(Outcome {
-        rate: tally.consumed as f64 / seconds,
-        produced_rate: Some(tally.produced as f64 / seconds),
-        latency: percentiles(tally.receive_latencies),
-        cpu_us_per_msg: per_message(cpu_us, tally.consumed),
-        ..Outcome::default()
-    })
+    produce_and_consume(b, ps, cs, ctx).await
 }
