@@ -141,7 +141,16 @@ async fn the_config_file_is_applied_idempotently_and_updates_what_changed() {
     );
 }
 
-fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+/// `hopper serve` on any free port with this data dir and config file.
+fn serve_args(data: &std::path::Path, config: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = ["serve", "--listen", "127.0.0.1:0", "--data-dir"]
+        .map(Into::into)
+        .into();
+    args.extend([data.into(), "--config".into(), config.into()]);
+    args
+}
+
+fn run_to_exit<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> (i32, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hopper"));
     cmd.args(args)
         .stdin(Stdio::null())
@@ -166,15 +175,7 @@ fn an_invalid_config_file_stops_the_start_naming_line_and_field() {
     )
     .unwrap();
     let data = tmp.path().join("data");
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-    ];
+    let args = serve_args(&data, &config);
     let env = [("TEST_POOL_TOKEN", "x"), ("TEST_THUMB_SECRET", "y")];
     let (code, text) = run_to_exit(&args, &env);
     assert_ne!(code, 0);
@@ -200,15 +201,7 @@ fn a_config_naming_a_missing_function_changes_nothing() {
     )
     .unwrap();
     let data = tmp.path().join("data");
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-    ];
+    let args = serve_args(&data, &config);
     let env = [
         ("TEST_POOL_TOKEN", "x"),
         ("TEST_THUMB_SECRET", "y"),

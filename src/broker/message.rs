@@ -175,20 +175,33 @@ struct WireMessage<'a> {
 #[derive(Deserialize)]
 struct WireBatch<'a> {
     #[serde(borrow)]
-    messages: Vec<&'a RawValue>,
+    messages: Vec<Object<WireMessage<'a>>>,
     delay_seconds: Option<Value>,
 }
 
-/// serde would also read a struct from a JSON array; the API wants objects.
-fn is_object(json: &[u8]) -> bool {
-    json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+/// `T` read only from a JSON object: serde_json would also read a struct
+/// from an array, which the API refuses. A map is only read from `{...}`.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapOnly<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for MapOnly<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(MapOnly(std::marker::PhantomData))
+            .map(Object)
+    }
 }
 
-fn fast_message(json: &str) -> Option<NewMessage> {
-    if !is_object(json.as_bytes()) {
-        return None;
-    }
-    let wire: WireMessage<'_> = serde_json::from_str(json).ok()?;
+fn fast_message(wire: WireMessage<'_>) -> Option<NewMessage> {
     let raw = wire.body?.get();
     let content_type = match wire.content_type.as_deref() {
         None | Some("json") => ContentType::Json,
@@ -221,24 +234,23 @@ fn fast_message(json: &str) -> Option<NewMessage> {
 /// `parse_message` for a well-formed body straight from its bytes; None
 /// when the general parser must decide.
 pub fn fast_parse_message(bytes: &[u8]) -> Option<NewMessage> {
-    fast_message(std::str::from_utf8(bytes).ok()?)
+    let Object(wire) = serde_json::from_slice(bytes).ok()?;
+    fast_message(wire)
 }
 
 /// `parse_batch` for a well-formed body straight from its bytes; None when
 /// the general parser must decide.
 pub fn fast_parse_batch(bytes: &[u8]) -> Option<Vec<NewMessage>> {
-    if !is_object(bytes) {
-        return None;
-    }
-    let batch: WireBatch<'_> = serde_json::from_slice(bytes).ok()?;
+    let Object(batch): Object<WireBatch<'_>> = serde_json::from_slice(bytes).ok()?;
     if batch.messages.is_empty() || batch.messages.len() > MAX_BATCH_MESSAGES {
         return None;
     }
     let batch_delay = parse_delay(batch.delay_seconds.as_ref()).ok()?;
     let mut total = 0usize;
     let mut out = Vec::with_capacity(batch.messages.len());
-    for raw in batch.messages {
-        let mut msg = fast_message(raw.get())?;
+    // Each message is read once, straight into its borrowed fields.
+    for Object(wire) in batch.messages {
+        let mut msg = fast_message(wire)?;
         total += msg.body.len();
         msg.delay_seconds = msg.delay_seconds.or(batch_delay);
         out.push(msg);

@@ -653,7 +653,8 @@ impl QueueActor {
     /// low (or retention is due there). A read transaction on a blocking
     /// thread: it neither blocks the actor nor waits for a commit.
     fn load_if_due(&mut self, ctx: &mut Context<Self>) {
-        if self.loading {
+        // Runs at every flush: no clock read unless there is a backlog on disk.
+        if self.loading || self.state.unloaded_count() == 0 {
             return;
         }
         let Some(store) = self.store.clone() else {
